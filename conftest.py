@@ -1,0 +1,1 @@
+# Makes `pytest` from the repository root run the doctests with the repository as working folder.

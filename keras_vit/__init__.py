@@ -1,0 +1,25 @@
+"""keras_vit: the Vision Transformer paper in Keras 3 (jax, tensorflow, torch).
+
+Example:
+>>> import keras_vit
+>>> model = keras_vit.create_model("ViT-Ti/4", image_size=28, num_classes=10, num_channels=1)
+"""
+
+from keras_vit.checkpoints.official import load_checkpoint, save_checkpoint
+from keras_vit.layers.patching import PatchEmbedding, patchify
+from keras_vit.layers.position import resize_position_embedding
+from keras_vit.models.registry import create_model, model_names
+from keras_vit.models.vit import VisionTransformer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "PatchEmbedding",
+    "VisionTransformer",
+    "create_model",
+    "load_checkpoint",
+    "model_names",
+    "patchify",
+    "resize_position_embedding",
+    "save_checkpoint",
+]

@@ -1,0 +1,340 @@
+"""Official ``.npz`` checkpoints (vit_jax / big_transfer layouts) <-> Keras models.
+
+The file layout and numerics are specified in ``docs/official-checkpoints.md``. A checkpoint is a
+flat ``np.savez`` archive whose keys are module paths (``Transformer/encoderblock_0/...``). Each
+family has one table from those keys to the model's variables; loading is strict: any missing,
+unexpected or mis-shaped tensor is reported in one error.
+"""
+
+import math
+import os
+import re
+import tempfile
+import zipfile
+
+import keras
+import numpy as np
+
+from keras_vit.layers.position import resize_position_embedding
+from keras_vit.models.vit import VisionTransformer
+
+VIT_URL = "https://storage.googleapis.com/vit_models/{name}.npz"
+BIT_URL = "https://storage.googleapis.com/bit_models/{name}.npz"
+_VIT_PUBLISHED = re.compile(r"(imagenet21k|imagenet21k\+imagenet2012|augreg|sam|gsam)/[\w\-.+=,]+")
+_BIT_PUBLISHED = re.compile(r"BiT-[MS]-R\d+x\d+(-ILSVRC2012)?")
+POSEMB = "Transformer/posembed_input/pos_embedding"
+
+# Linen block names (vit_jax after checkpoint.load) -> the published pre-Linen names.
+_LINEN_BLOCK_NAMES = {
+    "LayerNorm_0": "LayerNorm_0",
+    "MultiHeadDotProductAttention_0": "MultiHeadDotProductAttention_1",
+    "LayerNorm_1": "LayerNorm_2",
+    "MlpBlock_0": "MlpBlock_3",
+}
+
+
+class Entry:
+    """A model variable and the shape its tensor has in the official file."""
+
+    def __init__(self, variable, file_shape=None):
+        self.variable = variable
+        self.file_shape = tuple(variable.shape) if file_shape is None else tuple(file_shape)
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def resolve(path):
+    """A local file path for ``path``: a file, a URL, or a published name (downloaded)."""
+    path = os.fspath(path)
+    if os.path.exists(path):
+        return path
+    url = None
+    if path.startswith(("http://", "https://")):
+        url = path
+    elif path.startswith("gs://"):
+        url = "https://storage.googleapis.com/" + path[len("gs://"):]
+    else:
+        name = path[:-4] if path.endswith(".npz") else path
+        if _VIT_PUBLISHED.fullmatch(name):
+            url = VIT_URL.format(name=name)
+        elif _BIT_PUBLISHED.fullmatch(name):
+            url = BIT_URL.format(name=name)
+    if url is None:
+        raise FileNotFoundError(
+            f"No checkpoint file at {path!r}. Pass the path of an official .npz file, a URL, or a "
+            "published name such as 'imagenet21k/ViT-B_16' or 'BiT-M-R50x1'."
+        )
+    fname = url.rstrip("/").split("/")[-1]
+    subdir = os.path.join("keras_vit", *url.split("/")[-2:-1])
+    try:
+        return keras.utils.get_file(fname=fname, origin=url, cache_subdir=subdir)
+    except Exception as error:  # get_file raises several types depending on the failure
+        raise ConnectionError(
+            f"Could not download {url} ({type(error).__name__}: {error}). Without network access, "
+            "fetch the file on another machine and pass its local path."
+        ) from error
+
+
+def read_checkpoint(path):
+    """Read an official ``.npz`` into a dict of numpy arrays with normalised key names.
+
+    Accepts the published layout, an ``opt/target/`` (or ``params/``) prefix, and Linen-numbered
+    encoder-block names.
+    """
+    path = resolve(path)
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            if not isinstance(archive, np.lib.npyio.NpzFile):
+                raise ValueError("it holds a single .npy array")
+            tensors = {key: archive[key] for key in archive.files}
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"{path!r} is not a readable official .npz checkpoint ({error}). The file may be "
+            "truncated or corrupt (download it again) or of another format (export the weights "
+            "with np.savez in the official key layout, or use keras_vit.save_checkpoint)."
+        ) from None
+    if not tensors:
+        raise ValueError(f"{path!r} holds no tensors; it is not an official checkpoint.")
+    for prefix in ("opt/target/", "params/"):
+        if all(key.startswith(prefix) for key in tensors):
+            tensors = {key[len(prefix):]: value for key, value in tensors.items()}
+    return {_normalise_key(key): value for key, value in tensors.items()}
+
+
+def _normalise_key(key):
+    parts = key.split("/")
+    if len(parts) > 2 and parts[0] == "Transformer" and parts[1].startswith("encoderblock_"):
+        parts[2] = _LINEN_BLOCK_NAMES.get(parts[2], parts[2])
+    return "/".join(parts)
+
+
+def _assign(table, tensors, skip=()):
+    skip = set(skip)
+    missing = sorted(k for k in table if k not in tensors and k not in skip)
+    unexpected = sorted(k for k in tensors if k not in table and k not in skip)
+    misshaped = []
+    for key, entry in table.items():
+        if key in tensors and key not in skip:
+            shape = tuple(np.shape(tensors[key]))
+            if shape not in (tuple(entry.variable.shape), entry.file_shape):
+                misshaped.append(f"{key}: file {shape}, model {tuple(entry.variable.shape)}")
+    if missing or unexpected or misshaped:
+        lines = []
+        for title, items in (("missing", missing), ("unexpected", unexpected),
+                             ("mis-shaped", sorted(misshaped))):
+            if items:
+                lines.append(f"{len(items)} {title}:\n    " + "\n    ".join(items))
+        raise ValueError(
+            "The checkpoint does not match the model.\n  " + "\n  ".join(lines) + "\nCheck that "
+            "the file belongs to this model family and size, or let load_checkpoint build the "
+            "model from the file."
+        )
+    for key, entry in table.items():
+        if key in skip:
+            continue
+        value = np.asarray(tensors[key]).reshape(entry.variable.shape)
+        entry.variable.assign(value.astype(entry.variable.dtype))
+
+
+def _write_npz(path, arrays):
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(suffix=".npz", dir=directory)
+    os.close(handle)
+    try:
+        np.savez(tmp, **arrays)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+# ----------------------------------------------------------------------------- ViT tables
+
+
+def _dense(prefix, layer, kernel_shape=None):
+    return {
+        f"{prefix}/kernel": Entry(layer.kernel, kernel_shape),
+        f"{prefix}/bias": Entry(layer.bias),
+    }
+
+
+def _layer_norm(prefix, layer):
+    return {f"{prefix}/scale": Entry(layer.gamma), f"{prefix}/bias": Entry(layer.beta)}
+
+
+def vit_table(model):
+    """Official key -> Entry for a ``VisionTransformer`` (hybrids include the ResNet stem)."""
+    table = {}
+    if model.resnet is not None:
+        from keras_vit.checkpoints.resnet import hybrid_stem_table
+
+        table.update(hybrid_stem_table(model.get_layer("resnet")))
+    table.update(_dense("embedding", model.get_layer("embedding").conv))
+    if model.classifier == "token":
+        table["cls"] = Entry(model.get_layer("cls").cls)
+    table[POSEMB] = Entry(model.get_layer("posembed_input").pos_embedding)
+    for i in range(model.num_layers):
+        block = model.get_layer(f"encoderblock_{i}")
+        prefix = f"Transformer/encoderblock_{i}"
+        table.update(_layer_norm(f"{prefix}/LayerNorm_0", block.LayerNorm_0))
+        attention = block.MultiHeadDotProductAttention_1
+        for name in ("query", "key", "value", "out"):
+            key = f"{prefix}/MultiHeadDotProductAttention_1/{name}"
+            table[f"{key}/kernel"] = Entry(getattr(attention, f"{name}_kernel"))
+            table[f"{key}/bias"] = Entry(getattr(attention, f"{name}_bias"))
+        table.update(_layer_norm(f"{prefix}/LayerNorm_2", block.LayerNorm_2))
+        table.update(_dense(f"{prefix}/MlpBlock_3/Dense_0", block.MlpBlock_3.Dense_0))
+        table.update(_dense(f"{prefix}/MlpBlock_3/Dense_1", block.MlpBlock_3.Dense_1))
+    table.update(_layer_norm("Transformer/encoder_norm", model.get_layer("encoder_norm")))
+    if model.representation_size is not None:
+        table.update(_dense("pre_logits", model.get_layer("pre_logits")))
+    if model.num_classes is not None:
+        table.update(_dense("head", model.get_layer("head")))
+    return table
+
+
+def _require(tensors, key, what):
+    if key not in tensors:
+        raise ValueError(
+            f"The checkpoint has no {key!r} ({what}); it is not a complete official ViT checkpoint."
+        )
+    return tensors[key]
+
+
+def vit_config(tensors):
+    """Infer ``VisionTransformer`` arguments from the tensors of an official file."""
+    kernel = _require(tensors, "embedding/kernel", "patch embedding")
+    patch_size, _, in_channels, hidden_size = kernel.shape
+    num_layers = 0
+    while f"Transformer/encoderblock_{num_layers}/LayerNorm_0/scale" in tensors:
+        num_layers += 1
+    if num_layers == 0:
+        raise ValueError("The checkpoint has no Transformer/encoderblock_0; it is not a ViT file.")
+    block = "Transformer/encoderblock_0"
+    query = _require(tensors, f"{block}/MultiHeadDotProductAttention_1/query/kernel", "attention")
+    mlp = _require(tensors, f"{block}/MlpBlock_3/Dense_0/kernel", "MLP")
+    posemb = _require(tensors, POSEMB, "position embedding")
+    classifier = "token" if "cls" in tensors else "gap"
+    grid = posemb.shape[1] - (classifier == "token")
+    side = math.isqrt(grid)
+    if side * side != grid:
+        raise ValueError(f"The position embedding has {grid} grid rows, which is not a square grid.")
+    config = dict(
+        patch_size=int(patch_size),
+        hidden_size=int(hidden_size),
+        num_layers=num_layers,
+        num_heads=int(query.shape[1]),
+        mlp_dim=int(mlp.shape[1]),
+        classifier=classifier,
+        representation_size=(
+            int(tensors["pre_logits/kernel"].shape[1]) if "pre_logits/kernel" in tensors else None
+        ),
+        num_classes=int(tensors["head/kernel"].shape[-1]) if "head/kernel" in tensors else None,
+        num_channels=int(in_channels),
+    )
+    stride = int(patch_size)
+    if "conv_root/kernel" in tensors:
+        from keras_vit.checkpoints.resnet import hybrid_stem_config
+
+        resnet, stem_stride = hybrid_stem_config(tensors)
+        config.update(resnet=resnet, num_channels=int(tensors["conv_root/kernel"].shape[2]))
+        stride *= stem_stride
+    config["image_size"] = side * stride
+    return config
+
+
+# ----------------------------------------------------------------------------- families
+
+
+def _family(tensors):
+    if any(key.startswith("resnet/") for key in tensors):
+        from keras_vit.checkpoints import resnet
+
+        return resnet.bit_config, resnet.bit_table, resnet.bit_model_class()
+    if "embedding/kernel" in tensors:
+        return vit_config, vit_table, VisionTransformer
+    sample = ", ".join(sorted(tensors)[:5])
+    raise ValueError(
+        "Not an official ViT, hybrid or BiT checkpoint: it has neither 'embedding/kernel' nor "
+        f"'resnet/...' keys (first keys: {sample})."
+    )
+
+
+def table_for(model):
+    """The official key table of a keras_vit model."""
+    if isinstance(model, VisionTransformer):
+        return vit_table(model)
+    from keras_vit.checkpoints import resnet
+
+    if isinstance(model, resnet.bit_model_class()):
+        return resnet.bit_table(model)
+    raise TypeError(
+        f"{type(model).__name__} has no official checkpoint layout; expected a keras_vit "
+        "VisionTransformer (plain or hybrid) or ResNetV2."
+    )
+
+
+def load_checkpoint(path, *, image_size=None, num_classes=None, drop_pre_logits=False,
+                    **overrides):
+    """Build the model an official ``.npz`` describes and load every tensor into it.
+
+    The architecture (family, patch size, width, depth, heads, MLP size, classifier,
+    representation size, classes, ResNet stem, image size) is read from the file.
+
+    Args:
+        path: a local ``.npz``, a URL, or a published name (``"imagenet21k/ViT-B_16"``,
+            ``"BiT-M-R50x1"``), downloaded with ``keras.utils.get_file``.
+        image_size: build at this resolution; the position embeddings are resized as the
+            official fine-tuning code does (2-D bilinear, aligned corners, class row kept).
+        num_classes: a head of this size. If it differs from the file's, the head is replaced by a
+            zero-initialised one (official fine-tuning). ``0`` builds no head (features).
+        drop_pre_logits: drop the ``pre_logits`` layer (as fine-tuning with
+            ``representation_size=None`` does).
+        **overrides: other constructor arguments, e.g. ``dropout_rate=0.1``.
+
+    Example:
+    >>> model = load_checkpoint("tests/fixtures/official/vit_tiny_token_norep.npz")
+    >>> model.patch_size, model.num_layers
+    (4, 2)
+    """
+    tensors = read_checkpoint(path)
+    infer, table_of, model_class = _family(tensors)
+    config = infer(tensors)
+    skip = set()
+    if num_classes is not None and num_classes != config["num_classes"]:
+        skip |= {k for k in tensors if k.startswith("head/") or k.startswith("resnet/head/")}
+        config["num_classes"] = num_classes or None
+    if drop_pre_logits and config.get("representation_size") is not None:
+        skip |= {k for k in tensors if k.startswith("pre_logits/")}
+        config["representation_size"] = None
+    if image_size is not None:
+        config["image_size"] = image_size
+    config.update(overrides)
+    model = model_class(**config)
+    if POSEMB in tensors and model_class is VisionTransformer:
+        target = tuple(model.get_layer("posembed_input").pos_embedding.shape)
+        if tuple(tensors[POSEMB].shape) != target:
+            tensors = dict(tensors)
+            tensors[POSEMB] = resize_position_embedding(
+                tensors[POSEMB], model.grid_size, has_class_token=model.classifier == "token"
+            )
+    _assign(table_of(model), tensors, skip)
+    return model
+
+
+def save_checkpoint(model, path):
+    """Write a keras_vit model in the official ``.npz`` layout (``load_checkpoint`` reads it back).
+
+    Example:
+    >>> import os, tempfile
+    >>> model = load_checkpoint("tests/fixtures/official/vit_tiny_token_norep.npz")
+    >>> save_checkpoint(model, os.path.join(tempfile.mkdtemp(), "copy.npz"))
+    """
+    arrays = {
+        key: keras.ops.convert_to_numpy(entry.variable).reshape(entry.file_shape)
+        for key, entry in table_for(model).items()
+    }
+    _write_npz(path, arrays)

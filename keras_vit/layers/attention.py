@@ -1,0 +1,134 @@
+"""Multi-head self-attention (paper Appendix A, Eq. 5-8).
+
+Weights use the official ``MultiHeadDotProductAttention`` layout: ``query``/``key``/``value``
+kernels (D, H, hd) with biases (H, hd), and ``out`` kernel (H, hd, D) with bias (D,).
+
+Two code paths give the same numbers:
+- the fast path projects q, k and v with one fused matrix multiply and calls
+  ``keras.ops.dot_product_attention`` (fused/flash kernels where the backend has them);
+- the explicit path (``return_attention_scores=True``, or attention dropout while training)
+  forms the softmax probabilities A = softmax(q k^T / sqrt(hd)) and returns them for inspection.
+"""
+
+import math
+
+import keras
+from keras import ops
+
+
+def _flat_glorot(fan_in, fan_out):
+    """Xavier-uniform drawn on the flattened 2-D (fan_in, fan_out) shape, then reshaped.
+
+    Keras computes fans of a 3-D kernel differently; the official code uses the flattened
+    (D, H*hd) shape, which this reproduces.
+    """
+    limit = math.sqrt(6.0 / (fan_in + fan_out))
+
+    def initializer(shape, dtype=None):
+        return keras.random.uniform(shape, minval=-limit, maxval=limit, dtype=dtype)
+
+    return initializer
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MultiHeadSelfAttention(keras.layers.Layer):
+    """Multi-head self-attention with the official weight layout.
+
+    Args:
+        num_heads: number of heads H; the input width D must be divisible by it.
+        attention_dropout_rate: dropout on the attention probabilities (training only).
+
+    Call ``layer(x, return_attention_scores=True)`` to also get the (batch, H, N, N) probabilities.
+
+    Example:
+    >>> import numpy as np
+    >>> layer = MultiHeadSelfAttention(num_heads=4)
+    >>> y, probs = layer(np.ones((2, 5, 32), "float32"), return_attention_scores=True)
+    >>> y.shape, probs.shape
+    ((2, 5, 32), (2, 4, 5, 5))
+    """
+
+    def __init__(self, num_heads, attention_dropout_rate=0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = int(num_heads)
+        self.attention_dropout_rate = float(attention_dropout_rate)
+        self.attention_dropout = keras.layers.Dropout(
+            self.attention_dropout_rate, dtype=self.dtype_policy, name="attention_dropout"
+        )
+
+    def build(self, input_shape):
+        dim = input_shape[-1]
+        if dim % self.num_heads:
+            raise ValueError(
+                f"The hidden size ({dim}) must be divisible by the number of heads "
+                f"({self.num_heads}); choose num_heads among the divisors of {dim}."
+            )
+        self.hidden_size = dim
+        self.head_dim = dim // self.num_heads
+        qkv_shape = (dim, self.num_heads, self.head_dim)
+        for name in ("query", "key", "value"):
+            kernel = self.add_weight(
+                name=f"{name}_kernel", shape=qkv_shape, initializer=_flat_glorot(dim, dim)
+            )
+            bias = self.add_weight(
+                name=f"{name}_bias", shape=(self.num_heads, self.head_dim), initializer="zeros"
+            )
+            setattr(self, f"{name}_kernel", kernel)
+            setattr(self, f"{name}_bias", bias)
+        self.out_kernel = self.add_weight(
+            name="out_kernel",
+            shape=(self.num_heads, self.head_dim, dim),
+            initializer=_flat_glorot(dim, dim),
+        )
+        self.out_bias = self.add_weight(name="out_bias", shape=(dim,), initializer="zeros")
+
+    def _project_qkv(self, x):
+        dim = self.hidden_size
+        kernel = ops.concatenate(
+            [ops.reshape(k, (dim, dim)) for k in (self.query_kernel, self.key_kernel, self.value_kernel)],
+            axis=1,
+        )
+        bias = ops.concatenate(
+            [ops.reshape(b, (dim,)) for b in (self.query_bias, self.key_bias, self.value_bias)]
+        )
+        qkv = ops.matmul(x, ops.cast(kernel, x.dtype)) + ops.cast(bias, x.dtype)
+        qkv = ops.reshape(qkv, (-1, x.shape[1], 3, self.num_heads, self.head_dim))
+        return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+
+    def _output(self, context):
+        dim = self.hidden_size
+        context = ops.reshape(context, (-1, context.shape[1], dim))
+        kernel = ops.cast(ops.reshape(self.out_kernel, (dim, dim)), context.dtype)
+        return ops.matmul(context, kernel) + ops.cast(self.out_bias, context.dtype)
+
+    def call(self, inputs, training=None, return_attention_scores=False):
+        q, k, v = self._project_qkv(inputs)
+        explicit = return_attention_scores or (training and self.attention_dropout_rate > 0)
+        if not explicit:
+            context = ops.dot_product_attention(q, k, v)
+            return self._output(context)
+        scale = 1.0 / math.sqrt(self.head_dim)
+        logits = ops.einsum("bqhd,bkhd->bhqk", q * ops.cast(scale, q.dtype), k)
+        probs = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+        dropped = self.attention_dropout(ops.cast(probs, v.dtype), training=training)
+        context = ops.einsum("bhqk,bkhd->bqhd", dropped, v)
+        outputs = self._output(context)
+        if return_attention_scores:
+            return outputs, probs
+        return outputs
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def compute_output_spec(self, inputs, training=None, return_attention_scores=False):
+        out = keras.KerasTensor(inputs.shape, dtype=inputs.dtype)
+        if not return_attention_scores:
+            return out
+        batch, tokens = inputs.shape[0], inputs.shape[1]
+        probs = keras.KerasTensor((batch, self.num_heads, tokens, tokens), dtype="float32")
+        return out, probs
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_heads=self.num_heads, attention_dropout_rate=self.attention_dropout_rate)
+        return config
