@@ -84,9 +84,10 @@ def read_checkpoint(path):
     """
     path = resolve(path)
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            if not isinstance(archive, np.lib.npyio.NpzFile):
-                raise ValueError("it holds a single .npy array")
+        archive = np.load(path, allow_pickle=False)
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise ValueError("it holds a single .npy array, not an archive of named tensors")
+        with archive:
             tensors = {key: archive[key] for key in archive.files}
     except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError, TypeError) as error:
         raise ValueError(
