@@ -22,7 +22,6 @@ import numpy as np
 import keras_vit
 
 
-
 def vit_macs(model):
     """Multiply-adds per image of a plain ViT classifier (the dominant matrix products)."""
     tokens = model.grid_size[0] * model.grid_size[1] + (model.classifier == "token")
@@ -122,7 +121,8 @@ def main():
     for name, value in throughput.items():
         print(f"{name:>10}: {value:7.2f} img/s  ({value * gflop / rate:6.1%} of the matmul rate)")
     if "keras-hub" in throughput:
-        print(f"ratio keras_vit / keras-hub: {throughput['keras_vit'] / throughput['keras-hub']:.3f}")
+        ratio = throughput["keras_vit"] / throughput["keras-hub"]
+        print(f"ratio keras_vit / keras-hub: {ratio:.3f}")
 
 
 if __name__ == "__main__":

@@ -6,9 +6,9 @@ import zipfile
 import keras
 import numpy as np
 import pytest
-from conftest import fixture_path
 
 import keras_vit
+from conftest import fixture_path
 from keras_vit.checkpoints import official
 
 VIT_FIXTURES = ["vit_tiny_token_rep16", "vit_tiny_token_norep", "vit_tiny_gap_norep"]

@@ -85,7 +85,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def _project_qkv(self, x):
         dim = self.hidden_size
         kernel = ops.concatenate(
-            [ops.reshape(k, (dim, dim)) for k in (self.query_kernel, self.key_kernel, self.value_kernel)],
+            [
+                ops.reshape(k, (dim, dim))
+                for k in (self.query_kernel, self.key_kernel, self.value_kernel)
+            ],
             axis=1,
         )
         bias = ops.concatenate(
