@@ -40,7 +40,7 @@ class AddPositionEmbedding(keras.layers.Layer):
 
     Example:
     >>> import numpy as np
-    >>> AddPositionEmbedding()(np.zeros((2, 17, 8), "float32")).shape
+    >>> tuple(AddPositionEmbedding()(np.zeros((2, 17, 8), "float32")).shape)
     (2, 17, 8)
     """
 
@@ -102,7 +102,7 @@ class AddPositionEmbedding2D(keras.layers.Layer):
     Example:
     >>> import numpy as np
     >>> layer = AddPositionEmbedding2D(grid_size=(2, 3))
-    >>> layer(np.zeros((4, 7, 8), "float32")).shape
+    >>> tuple(layer(np.zeros((4, 7, 8), "float32")).shape)
     (4, 7, 8)
     >>> [tuple(w.shape) for w in layer.weights]
     [(3, 4), (2, 4), (1, 8)]
@@ -181,7 +181,7 @@ class RelativePositionLogits(keras.layers.Layer):
     Example:
     >>> import numpy as np
     >>> layer = RelativePositionLogits()
-    >>> layer(np.ones((2, 5, 4, 8), "float32")).shape
+    >>> tuple(layer(np.ones((2, 5, 4, 8), "float32")).shape)
     (2, 4, 5, 5)
     >>> tuple(layer.embedding.shape)
     (9, 4, 8)

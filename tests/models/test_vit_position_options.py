@@ -62,7 +62,8 @@ def test_variant_trains_attends_and_round_trips(kind, placement, tmp_path):
 
     position = [w.path for w in model.trainable_weights if w.path in _position_weights(model)]
     start = {w.path: keras.ops.convert_to_numpy(w).copy() for w in model.trainable_weights}
-    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     history = model.fit(images, np.array([0, 1, 2, 0]), epochs=1, batch_size=4, verbose=0)
     assert np.isfinite(history.history["loss"][0])
     for w in model.trainable_weights:
