@@ -166,8 +166,26 @@ def _layer_norm(prefix, layer):
     return {f"{prefix}/scale": Entry(layer.gamma), f"{prefix}/bias": Entry(layer.beta)}
 
 
+def _check_official_position(model):
+    """The official files hold one learned 1-D embedding added after the stem, nothing else."""
+    options = (model.position_embedding, model.position_embedding_placement)
+    if options != ("learned_1d", "stem"):
+        raise ValueError(
+            "The official checkpoint format holds only a learned 1-D position embedding added "
+            f"after the stem ('{POSEMB}'), but this model uses "
+            f"position_embedding={options[0]!r} with position_embedding_placement={options[1]!r} "
+            "(paper Appendix D.4). Save such a model with model.save('model.keras'), which keeps "
+            "every variant, or use the defaults ('learned_1d', 'stem') to exchange official files."
+        )
+
+
 def vit_table(model):
-    """Official key -> Entry for a ``VisionTransformer`` (hybrids include the ResNet stem)."""
+    """Official key -> Entry for a ``VisionTransformer`` (hybrids include the ResNet stem).
+
+    Only the default position embedding ('learned_1d' at the 'stem') has an official layout; other
+    variants raise a ``ValueError`` naming the ``.keras`` format as the way to save them.
+    """
+    _check_official_position(model)
     table = {}
     if model.resnet is not None:
         from keras_vit.checkpoints.resnet import hybrid_stem_table
@@ -317,6 +335,7 @@ def load_checkpoint(path, *, image_size=None, num_classes=None, drop_pre_logits=
         config["image_size"] = image_size
     config.update(overrides)
     model = model_class(**config)
+    table = table_of(model)
     if POSEMB in tensors and model_class is VisionTransformer:
         target = tuple(model.get_layer("posembed_input").pos_embedding.shape)
         if tuple(tensors[POSEMB].shape) != target:
@@ -324,12 +343,16 @@ def load_checkpoint(path, *, image_size=None, num_classes=None, drop_pre_logits=
             tensors[POSEMB] = resize_position_embedding(
                 tensors[POSEMB], model.grid_size, has_class_token=model.classifier == "token"
             )
-    _assign(table_of(model), tensors, skip)
+    _assign(table, tensors, skip)
     return model
 
 
 def save_checkpoint(model, path):
     """Write a keras_vit model in the official ``.npz`` layout (``load_checkpoint`` reads it back).
+
+    A ``VisionTransformer`` built with another position embedding than the default
+    ('learned_1d' at the 'stem', paper Appendix D.4) has no official layout: this raises a
+    ``ValueError`` before writing anything; save it with ``model.save("model.keras")``.
 
     Example:
     >>> import os, tempfile

@@ -8,12 +8,18 @@ Two code paths give the same numbers:
   ``keras.ops.dot_product_attention`` (fused/flash kernels where the backend has them);
 - the explicit path (``return_attention_scores=True``, or attention dropout while training)
   forms the softmax probabilities A = softmax(q k^T / sqrt(hd)) and returns them for inspection.
+
+Both paths accept an additive ``bias`` on the logits (broadcastable to (batch, H, N, N)), added
+before the softmax: A = softmax(q k^T / sqrt(hd) + bias). With ``relative_position=True`` the
+layer adds the logits of 1-D relative attention (paper Appendix D.4) this way.
 """
 
 import math
 
 import keras
 from keras import ops
+
+from keras_vit.layers.position import RelativePositionLogits
 
 
 def _flat_glorot(fan_in, fan_out):
@@ -37,24 +43,34 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     Args:
         num_heads: number of heads H; the input width D must be divisible by it.
         attention_dropout_rate: dropout on the attention probabilities (training only).
+        relative_position: add learned 1-D relative position logits (a ``RelativePositionLogits``
+            sublayer named ``relative_position``, one (2N-1, H, hd) table) before the softmax.
 
-    Call ``layer(x, return_attention_scores=True)`` to also get the (batch, H, N, N) probabilities.
+    Call ``layer(x, return_attention_scores=True)`` to also get the (batch, H, N, N) probabilities,
+    and ``layer(x, bias=b)`` to add logits ``b`` (broadcastable to (batch, H, N, N)), e.g. a large
+    negative number on keys to ignore.
 
     Example:
     >>> import numpy as np
     >>> layer = MultiHeadSelfAttention(num_heads=4)
     >>> y, probs = layer(np.ones((2, 5, 32), "float32"), return_attention_scores=True)
-    >>> y.shape, probs.shape
+    >>> tuple(y.shape), tuple(probs.shape)
     ((2, 5, 32), (2, 4, 5, 5))
     """
 
-    def __init__(self, num_heads, attention_dropout_rate=0.0, **kwargs):
+    def __init__(self, num_heads, attention_dropout_rate=0.0, relative_position=False, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
         self.attention_dropout_rate = float(attention_dropout_rate)
+        self.relative_position = bool(relative_position)
         self.attention_dropout = keras.layers.Dropout(
             self.attention_dropout_rate, dtype=self.dtype_policy, name="attention_dropout"
         )
+        self.relative_logits = None
+        if self.relative_position:
+            self.relative_logits = RelativePositionLogits(
+                dtype=self.dtype_policy, name="relative_position"
+            )
 
     def build(self, input_shape):
         dim = input_shape[-1]
@@ -81,16 +97,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             initializer=_flat_glorot(dim, dim),
         )
         self.out_bias = self.add_weight(name="out_bias", shape=(dim,), initializer="zeros")
+        if self.relative_logits is not None:
+            self.relative_logits.build((None, input_shape[1], self.num_heads, self.head_dim))
 
     def _project_qkv(self, x):
         dim = self.hidden_size
-        kernel = ops.concatenate(
-            [
-                ops.reshape(k, (dim, dim))
-                for k in (self.query_kernel, self.key_kernel, self.value_kernel)
-            ],
-            axis=1,
-        )
+        kernels = (self.query_kernel, self.key_kernel, self.value_kernel)
+        kernel = ops.concatenate([ops.reshape(k, (dim, dim)) for k in kernels], axis=1)
         bias = ops.concatenate(
             [ops.reshape(b, (dim,)) for b in (self.query_bias, self.key_bias, self.value_bias)]
         )
@@ -104,15 +117,24 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         kernel = ops.cast(ops.reshape(self.out_kernel, (dim, dim)), context.dtype)
         return ops.matmul(context, kernel) + ops.cast(self.out_bias, context.dtype)
 
-    def call(self, inputs, training=None, return_attention_scores=False):
+    def call(self, inputs, training=None, return_attention_scores=False, bias=None):
         q, k, v = self._project_qkv(inputs)
+        scale = 1.0 / math.sqrt(self.head_dim)
+        if self.relative_logits is not None:
+            relative = self.relative_logits(q * ops.cast(scale, q.dtype))
+            bias = relative if bias is None else relative + ops.cast(bias, relative.dtype)
         explicit = return_attention_scores or (training and self.attention_dropout_rate > 0)
         if not explicit:
-            context = ops.dot_product_attention(q, k, v)
+            if bias is None:
+                context = ops.dot_product_attention(q, k, v)
+            else:
+                context = ops.dot_product_attention(q, k, v, bias=ops.cast(bias, q.dtype))
             return self._output(context)
-        scale = 1.0 / math.sqrt(self.head_dim)
         logits = ops.einsum("bqhd,bkhd->bhqk", q * ops.cast(scale, q.dtype), k)
-        probs = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+        logits = ops.cast(logits, "float32")
+        if bias is not None:
+            logits = logits + ops.cast(bias, "float32")
+        probs = ops.softmax(logits, axis=-1)
         dropped = self.attention_dropout(ops.cast(probs, v.dtype), training=training)
         context = ops.einsum("bhqk,bkhd->bqhd", dropped, v)
         outputs = self._output(context)
@@ -123,7 +145,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
 
-    def compute_output_spec(self, inputs, training=None, return_attention_scores=False):
+    def compute_output_spec(self, inputs, training=None, return_attention_scores=False, bias=None):
         out = keras.KerasTensor(inputs.shape, dtype=inputs.dtype)
         if not return_attention_scores:
             return out
@@ -133,5 +155,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(num_heads=self.num_heads, attention_dropout_rate=self.attention_dropout_rate)
+        config.update(
+            num_heads=self.num_heads,
+            attention_dropout_rate=self.attention_dropout_rate,
+            relative_position=self.relative_position,
+        )
         return config

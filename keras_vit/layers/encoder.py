@@ -29,7 +29,7 @@ class MlpBlock(keras.layers.Layer):
 
     Example:
     >>> import numpy as np
-    >>> MlpBlock(mlp_dim=64)(np.ones((2, 5, 32), "float32")).shape
+    >>> tuple(MlpBlock(mlp_dim=64)(np.ones((2, 5, 32), "float32")).shape)
     (2, 5, 32)
     """
 
@@ -64,6 +64,7 @@ class MlpBlock(keras.layers.Layer):
             mlp_dim=self.mlp_dim,
             dropout_rate=self.dropout_rate,
             approximate_gelu=self.approximate_gelu,
+            relative_position=self.relative_position,
         )
         return config
 
@@ -73,12 +74,13 @@ class EncoderBlock(keras.layers.Layer):
     """One pre-LN Transformer block (the official ``Encoder1DBlock``).
 
     Call with ``return_attention_scores=True`` to also get the (batch, heads, N, N) attention
-    probabilities; the block output is the same either way.
+    probabilities; the block output is the same either way. ``relative_position=True`` gives the
+    attention learned 1-D relative position logits (paper Appendix D.4).
 
     Example:
     >>> import numpy as np
     >>> block = EncoderBlock(num_heads=4, mlp_dim=64)
-    >>> block(np.ones((2, 5, 32), "float32")).shape
+    >>> tuple(block(np.ones((2, 5, 32), "float32")).shape)
     (2, 5, 32)
     """
 
@@ -89,6 +91,7 @@ class EncoderBlock(keras.layers.Layer):
         dropout_rate=0.0,
         attention_dropout_rate=0.0,
         approximate_gelu=True,
+        relative_position=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -97,10 +100,12 @@ class EncoderBlock(keras.layers.Layer):
         self.dropout_rate = float(dropout_rate)
         self.attention_dropout_rate = float(attention_dropout_rate)
         self.approximate_gelu = bool(approximate_gelu)
+        self.relative_position = bool(relative_position)
         self.LayerNorm_0 = layer_norm("LayerNorm_0", self.dtype_policy)
         self.MultiHeadDotProductAttention_1 = MultiHeadSelfAttention(
             self.num_heads,
             attention_dropout_rate=self.attention_dropout_rate,
+            relative_position=self.relative_position,
             dtype=self.dtype_policy,
             name="MultiHeadDotProductAttention_1",
         )
@@ -151,5 +156,6 @@ class EncoderBlock(keras.layers.Layer):
             dropout_rate=self.dropout_rate,
             attention_dropout_rate=self.attention_dropout_rate,
             approximate_gelu=self.approximate_gelu,
+            relative_position=self.relative_position,
         )
         return config

@@ -4,6 +4,21 @@ The default is the learned 1-D embedding ``E_pos`` of shape (1, N, D), added to 
 the class token has been prepended (row 0 belongs to the class token). When fine-tuning at a
 higher resolution, the paper performs a 2-D interpolation of the pre-trained grid
 (Sec. 3.2); ``resize_position_embedding`` is the official code's version of that.
+
+Appendix D.4 (Table 8) compares other ways of giving the model spatial information; they are
+``VisionTransformer(position_embedding=...)`` options built from the layers here:
+
+- ``"learned_1d"``: ``AddPositionEmbedding`` (the default; the only one official files hold);
+- ``"learned_2d"``: ``AddPositionEmbedding2D``, an X and a Y embedding of size D/2 each,
+  concatenated per patch;
+- ``"relative"``: ``RelativePositionLogits``, 1-D relative attention whose logits are added as a
+  bias before the softmax of every attention layer;
+- ``"none"``: no position information at all.
+
+The absolute (1-D and 2-D) embeddings can be added once after the stem (``"stem"``, the default),
+before every block with a separate embedding each (``"every_layer"``), or before every block with
+one shared embedding (``"every_layer_shared"``): ``position_embedding_placement=`` of
+``VisionTransformer``.
 """
 
 import math
@@ -11,6 +26,10 @@ import math
 import keras
 import numpy as np
 import scipy.ndimage
+from keras import ops
+
+POSITION_EMBEDDINGS = ("learned_1d", "learned_2d", "relative", "none")
+PLACEMENTS = ("stem", "every_layer", "every_layer_shared")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -21,7 +40,7 @@ class AddPositionEmbedding(keras.layers.Layer):
 
     Example:
     >>> import numpy as np
-    >>> AddPositionEmbedding()(np.zeros((2, 17, 8), "float32")).shape
+    >>> tuple(AddPositionEmbedding()(np.zeros((2, 17, 8), "float32")).shape)
     (2, 17, 8)
     """
 
@@ -41,6 +60,10 @@ class AddPositionEmbedding(keras.layers.Layer):
             initializer=keras.initializers.RandomNormal(stddev=self.initializer_stddev),
         )
 
+    def position_embeddings(self):
+        """The (1, N, D) table added to the tokens (row 0 is the class token's, if any)."""
+        return self.pos_embedding
+
     def call(self, inputs):
         return inputs + keras.ops.cast(self.pos_embedding, inputs.dtype)
 
@@ -48,6 +71,177 @@ class AddPositionEmbedding(keras.layers.Layer):
         config = super().get_config()
         config.update(initializer_stddev=self.initializer_stddev)
         return config
+
+
+def _grid_shape(grid_size):
+    if isinstance(grid_size, (tuple, list)) and len(grid_size) == 2:
+        rows, cols = (int(v) for v in grid_size)
+    elif isinstance(grid_size, (int, np.integer)):
+        rows = cols = int(grid_size)
+    else:
+        raise ValueError(f"grid_size must be an int or a (rows, cols) pair, got {grid_size!r}.")
+    if rows < 1 or cols < 1:
+        raise ValueError(f"grid_size must be positive, got {grid_size!r}.")
+    return rows, cols
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class AddPositionEmbedding2D(keras.layers.Layer):
+    """Add a learned 2-D position embedding (paper Appendix D.4, "2-dimensional").
+
+    Two tables are learned: ``col_embedding`` (cols, D/2), the X embedding, and
+    ``row_embedding`` (rows, D/2), the Y embedding. The patch at (row r, column c) of the
+    row-major grid gets ``concat(col_embedding[c], row_embedding[r])``. When the sequence has one
+    more token than the grid (a class token at index 0), that token gets its own learned
+    ``cls_embedding`` (1, D). Tables start from N(0, 0.02), like the 1-D embedding.
+
+    Args:
+        grid_size: (rows, cols) of the patch grid, or an int for a square grid.
+        initializer_stddev: standard deviation of the initial values.
+
+    Example:
+    >>> import numpy as np
+    >>> layer = AddPositionEmbedding2D(grid_size=(2, 3))
+    >>> tuple(layer(np.zeros((4, 7, 8), "float32")).shape)
+    (4, 7, 8)
+    >>> [tuple(w.shape) for w in layer.weights]
+    [(3, 4), (2, 4), (1, 8)]
+    """
+
+    def __init__(self, grid_size, initializer_stddev=0.02, **kwargs):
+        super().__init__(**kwargs)
+        self.grid_size = _grid_shape(grid_size)
+        self.initializer_stddev = float(initializer_stddev)
+
+    def build(self, input_shape):
+        rows, cols = self.grid_size
+        tokens, dim = input_shape[1], input_shape[2]
+        if dim % 2:
+            raise ValueError(
+                f"A 2-D position embedding splits the width into X and Y halves, so hidden_size "
+                f"must be even; got {dim}. Use an even hidden_size or position_embedding="
+                "'learned_1d'."
+            )
+        if tokens not in (rows * cols, rows * cols + 1):
+            raise ValueError(
+                f"AddPositionEmbedding2D for a {rows}x{cols} grid expects {rows * cols} tokens "
+                f"(or {rows * cols + 1} with a class token), got {tokens}. Pass the grid_size of "
+                "the patch grid the tokens come from."
+            )
+        self.has_class_token = tokens == rows * cols + 1
+        init = keras.initializers.RandomNormal(stddev=self.initializer_stddev)
+        self.col_embedding = self.add_weight(
+            name="col_embedding", shape=(cols, dim // 2), initializer=init
+        )
+        self.row_embedding = self.add_weight(
+            name="row_embedding", shape=(rows, dim // 2), initializer=init
+        )
+        self.cls_embedding = None
+        if self.has_class_token:
+            self.cls_embedding = self.add_weight(
+                name="cls_embedding", shape=(1, dim), initializer=init
+            )
+
+    def position_embeddings(self):
+        """The (1, N, D) table added to the tokens (row 0 is the class token's, if any)."""
+        rows, cols = self.grid_size
+        half = self.col_embedding.shape[-1]
+        x = ops.broadcast_to(self.col_embedding[None, :, :], (rows, cols, half))
+        y = ops.broadcast_to(self.row_embedding[:, None, :], (rows, cols, half))
+        grid = ops.reshape(ops.concatenate([x, y], axis=-1), (1, rows * cols, 2 * half))
+        if self.cls_embedding is None:
+            return grid
+        return ops.concatenate([self.cls_embedding[None], grid], axis=1)
+
+    def call(self, inputs):
+        return inputs + ops.cast(self.position_embeddings(), inputs.dtype)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(grid_size=list(self.grid_size), initializer_stddev=self.initializer_stddev)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class RelativePositionLogits(keras.layers.Layer):
+    """1-D relative attention logits (paper Appendix D.4, "Relative positional embeddings").
+
+    Every offset ``i - j`` between a query token i and a key token j of the N-token sequence
+    (the class token, when present, is simply token 0) has a learned embedding. The layer runs the
+    extra attention the paper describes: the original queries against these embeddings used as
+    keys, giving logits ``b[h, i, j] = q[i, h] . r[i - j, h]`` that the attention layer adds to its
+    content logits before the softmax.
+
+    Weight: ``embedding`` of shape (2N - 1, heads, head_dim), one table per attention layer with
+    separate embeddings per head (row ``i - j + N - 1`` holds offset ``i - j``), from N(0, 0.02).
+
+    Input: queries (batch, N, heads, head_dim), already scaled by 1/sqrt(head_dim) as the content
+    logits are; output: (batch, heads, N, N).
+
+    Example:
+    >>> import numpy as np
+    >>> layer = RelativePositionLogits()
+    >>> tuple(layer(np.ones((2, 5, 4, 8), "float32")).shape)
+    (2, 4, 5, 5)
+    >>> tuple(layer.embedding.shape)
+    (9, 4, 8)
+    """
+
+    def __init__(self, initializer_stddev=0.02, **kwargs):
+        super().__init__(**kwargs)
+        self.initializer_stddev = float(initializer_stddev)
+
+    def build(self, query_shape):
+        if len(query_shape) != 4:
+            raise ValueError(
+                "RelativePositionLogits expects queries of shape (batch, tokens, heads, head_dim), "
+                f"got {tuple(query_shape)}."
+            )
+        tokens, heads, head_dim = query_shape[1:]
+        if tokens is None:
+            raise ValueError(
+                "Relative position embeddings need a known number of tokens; build the model with "
+                "a fixed image size."
+            )
+        self.num_tokens = int(tokens)
+        self.embedding = self.add_weight(
+            name="embedding",
+            shape=(2 * tokens - 1, heads, head_dim),
+            initializer=keras.initializers.RandomNormal(stddev=self.initializer_stddev),
+        )
+        # Row i of the (N, 2N-1) logits of query i holds offsets i-j at column i - j + N - 1;
+        # flattening (i, column) lets one gather pick every (i, j) pair.
+        i = np.arange(tokens)[:, None]
+        j = np.arange(tokens)[None, :]
+        self._gather_index = (i * (2 * tokens - 1) + i - j + tokens - 1).reshape(-1)
+
+    def call(self, query):
+        tokens = self.num_tokens
+        heads = self.embedding.shape[1]
+        logits = ops.einsum("bqhd,rhd->bhqr", query, ops.cast(self.embedding, query.dtype))
+        logits = ops.reshape(logits, (-1, heads, tokens * (2 * tokens - 1)))
+        logits = ops.take(logits, self._gather_index, axis=-1)
+        return ops.reshape(logits, (-1, heads, tokens, tokens))
+
+    def compute_output_shape(self, query_shape):
+        batch, tokens, heads, _ = query_shape
+        return (batch, heads, tokens, tokens)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(initializer_stddev=self.initializer_stddev)
+        return config
+
+
+def absolute_position_layer(kind, grid_size, name, dtype=None):
+    """The layer adding an absolute position embedding of ``kind`` ('learned_1d', 'learned_2d')."""
+    if kind == "learned_1d":
+        return AddPositionEmbedding(dtype=dtype, name=name)
+    if kind == "learned_2d":
+        return AddPositionEmbedding2D(grid_size, dtype=dtype, name=name)
+    raise ValueError(
+        f"{kind!r} is not an absolute position embedding; use 'learned_1d' or 'learned_2d'."
+    )
 
 
 def _square_side(count, what):
@@ -90,8 +284,9 @@ def resize_position_embedding(posemb, new_grid, has_class_token):
         if rows != cols:
             raise ValueError(
                 f"Cannot resize to a non-square {rows}x{cols} grid: the official "
-                "position-embedding format and its resize only express square grids. Use a "
-                f"square image size (e.g. {max(rows, cols)}x{max(rows, cols)} patches)."
+                "position-embedding format and its resize only express square grids. Use a square "
+                "image size "
+                f"(e.g. {max(rows, cols)}x{max(rows, cols)} patches)."
             )
         new_side = rows
     else:

@@ -8,7 +8,7 @@ import keras
 
 from keras_vit.layers.encoder import EncoderBlock, layer_norm
 from keras_vit.layers.patching import PatchEmbedding
-from keras_vit.layers.position import AddPositionEmbedding
+from keras_vit.layers.position import PLACEMENTS, POSITION_EMBEDDINGS, absolute_position_layer
 from keras_vit.layers.tokens import CLASSIFIERS, ClassToken, TokenPooling
 
 
@@ -16,14 +16,20 @@ class _WithAttention(keras.layers.Layer):
     """Calls a shared encoder block on the explicit path that returns attention probabilities.
 
     A separate operation is needed because a Keras graph expects every call of one layer to
-    return the same structure; the block's weights are shared, not copied.
+    return the same structure; the block's weights are shared, not copied. ``position`` is the
+    position-embedding layer the model applies right before the block, if any (placements
+    "every_layer" and "every_layer_shared"); it is called here too, so that the model's own
+    layers get no extra graph nodes.
     """
 
-    def __init__(self, block, **kwargs):
+    def __init__(self, block, position=None, **kwargs):
         super().__init__(name=f"{block.name}_with_attention", **kwargs)
         self.block = block
+        self.position = position
 
     def call(self, inputs):
+        if self.position is not None:
+            inputs = self.position(inputs)
         return self.block(inputs, return_attention_scores=True)
 
     def compute_output_spec(self, inputs):
@@ -38,6 +44,29 @@ def _image_shape(image_size):
             )
         return int(image_size[0]), int(image_size[1])
     return int(image_size), int(image_size)
+
+
+def _check_position_options(kind, placement, hidden_size):
+    if kind not in POSITION_EMBEDDINGS:
+        raise ValueError(
+            f"Unknown position_embedding {kind!r}; use one of {POSITION_EMBEDDINGS} "
+            "(paper Appendix D.4)."
+        )
+    if placement not in PLACEMENTS:
+        raise ValueError(
+            f"Unknown position_embedding_placement {placement!r}; use one of {PLACEMENTS}."
+        )
+    if placement != "stem" and not kind.startswith("learned"):
+        raise ValueError(
+            f"position_embedding_placement={placement!r} places a learned absolute embedding, "
+            f"but position_embedding={kind!r} has none to place. Use placement 'stem' with "
+            "'relative' or 'none', or a 'learned_1d'/'learned_2d' embedding."
+        )
+    if kind == "learned_2d" and hidden_size % 2:
+        raise ValueError(
+            f"position_embedding='learned_2d' splits the width into X and Y halves, so "
+            f"hidden_size must be even; got {hidden_size}."
+        )
 
 
 def _check_positive(**values):
@@ -75,6 +104,18 @@ class VisionTransformer(keras.Model):
         num_channels: input channels (3 for RGB, 1 for grayscale).
         resnet: None for a plain ViT, or ``dict(num_layers=(3, 4, 9), width_factor=1)`` for a
             hybrid whose tokens come from a ResNet stem (see ``keras_vit.layers.resnet``).
+        position_embedding: the paper's Appendix D.4 / Table 8 variants:
+            ``"learned_1d"`` (default; layer ``posembed_input``, the official format),
+            ``"learned_2d"`` (X and Y embeddings of size D/2 concatenated per patch, plus a
+            learned row for the class token; needs an even ``hidden_size``),
+            ``"relative"`` (1-D relative attention: every attention layer learns one embedding
+            per head and query-key offset, (2N-1, heads, head_dim), N counting the class token)
+            or ``"none"``. See ``keras_vit.layers.position``.
+        position_embedding_placement: where a learned 1-D/2-D embedding is added:
+            ``"stem"`` (default; once, before the dropout after the stem), ``"every_layer"``
+            (a separate embedding ``posembed_{i}`` before each block ``i``) or
+            ``"every_layer_shared"`` (one embedding ``posembed_shared`` before each block).
+            ``"relative"`` and ``"none"`` take only ``"stem"``.
 
     Example:
     >>> import numpy as np
@@ -102,6 +143,8 @@ class VisionTransformer(keras.Model):
         head_bias_init=0.0,
         num_channels=3,
         resnet=None,
+        position_embedding="learned_1d",
+        position_embedding_placement="stem",
         name="vit",
         **kwargs,
     ):
@@ -124,6 +167,7 @@ class VisionTransformer(keras.Model):
             raise ValueError(f"Unknown classifier {classifier!r}; use one of {CLASSIFIERS}.")
         if num_classes is not None:
             _check_positive(num_classes=num_classes)
+        _check_position_options(position_embedding, position_embedding_placement, hidden_size)
         if representation_size is not None:
             _check_positive(representation_size=representation_size)
         dtype = kwargs.pop("dtype", None)
@@ -149,15 +193,31 @@ class VisionTransformer(keras.Model):
         x = PatchEmbedding(patch_size, hidden_size, dtype=dtype, name="embedding")(x)
         if classifier == "token":
             x = ClassToken(dtype=dtype, name="cls")(x)
-        x = AddPositionEmbedding(dtype=dtype, name="posembed_input")(x)
+        grid_size = (height // stride, width // stride)
+        if position_embedding_placement == "stem" and position_embedding.startswith("learned"):
+            x = absolute_position_layer(position_embedding, grid_size, "posembed_input", dtype)(x)
         x = keras.layers.Dropout(dropout_rate, dtype=dtype, name="dropout")(x)
+        before_block = [None] * num_layers
+        if position_embedding_placement == "every_layer":
+            before_block = [
+                absolute_position_layer(position_embedding, grid_size, f"posembed_{i}", dtype)
+                for i in range(num_layers)
+            ]
+        elif position_embedding_placement == "every_layer_shared":
+            shared = absolute_position_layer(
+                position_embedding, grid_size, "posembed_shared", dtype
+            )
+            before_block = [shared] * num_layers
         for i in range(num_layers):
+            if before_block[i] is not None:
+                x = before_block[i](x)
             x = EncoderBlock(
                 num_heads,
                 mlp_dim,
                 dropout_rate=dropout_rate,
                 attention_dropout_rate=attention_dropout_rate,
                 approximate_gelu=approximate_gelu,
+                relative_position=position_embedding == "relative",
                 dtype=dtype,
                 name=f"encoderblock_{i}",
             )(x)
@@ -197,14 +257,37 @@ class VisionTransformer(keras.Model):
         self.head_bias_init = float(head_bias_init)
         self.num_channels = int(num_channels)
         self.resnet = None if resnet is None else dict(resnet)
+        self.position_embedding = position_embedding
+        self.position_embedding_placement = position_embedding_placement
         self.stride = stride
-        self.grid_size = (height // stride, width // stride)
+        self.grid_size = grid_size
+        # Names, not layers: the layers are tracked by the functional graph already.
+        self._before_block = [None if layer is None else layer.name for layer in before_block]
         self._attention_model = None
 
     def feature_extractor(self):
         """A model from images to the head's input (the ``pre_logits`` features)."""
         name = "pre_logits" if self.representation_size is not None else "pool"
         return keras.Model(self.input, self.get_layer(name).output, name=f"{self.name}_features")
+
+    def position_embedding_layer(self, block=0):
+        """The layer adding the absolute (1-D or 2-D) position embedding seen by block ``block``.
+
+        That is ``posembed_input`` for the "stem" placement, ``posembed_{block}`` for
+        "every_layer" and ``posembed_shared`` for "every_layer_shared". Its
+        ``position_embeddings()`` returns the (1, N, D) table (class-token row first, if any).
+        """
+        if not self.position_embedding.startswith("learned"):
+            raise ValueError(
+                f"This model has position_embedding={self.position_embedding!r}, which adds no "
+                "absolute position embedding to the tokens; only 'learned_1d' and 'learned_2d' "
+                "models have one."
+            )
+        if not 0 <= int(block) < self.num_layers:
+            raise ValueError(f"block must be in [0, {self.num_layers}), got {block}.")
+        if self.position_embedding_placement == "stem":
+            return self.get_layer("posembed_input")
+        return self.get_layer(self._before_block[int(block)])
 
     def attention_model(self):
         """A model from images to the list of per-block attention probabilities.
@@ -213,10 +296,13 @@ class VisionTransformer(keras.Model):
         uses the explicit softmax path of the attention layer, so the fast path stays untouched.
         """
         if self._attention_model is None:
-            x = self.get_layer("encoderblock_0").input
+            x = self.get_layer("dropout").output
             probs = []
             for i in range(self.num_layers):
-                x, p = _WithAttention(self.get_layer(f"encoderblock_{i}"))(x)
+                block = self.get_layer(f"encoderblock_{i}")
+                name = self._before_block[i]
+                position = None if name is None else self.get_layer(name)
+                x, p = _WithAttention(block, position=position)(x)
                 probs.append(p)
             self._attention_model = keras.Model(self.input, probs, name=f"{self.name}_attention")
         return self._attention_model
@@ -242,6 +328,8 @@ class VisionTransformer(keras.Model):
             "head_bias_init": self.head_bias_init,
             "num_channels": self.num_channels,
             "resnet": self.resnet,
+            "position_embedding": self.position_embedding,
+            "position_embedding_placement": self.position_embedding_placement,
         }
 
     @classmethod

@@ -1,0 +1,48 @@
+"""Inspecting a Vision Transformer (paper Sec. 4.5 and Appendix D.7-D.8; Figs. 6, 7, 10, 11).
+
+Computations return numpy arrays; the ``plot_*`` helpers draw them as the paper does.
+
+Example:
+>>> import numpy as np
+>>> from keras_vit import VisionTransformer
+>>> from keras_vit.inspection import attention_rollout, mean_attention_distance
+>>> model = VisionTransformer(image_size=8, patch_size=4, hidden_size=8, num_layers=2,
+...                           num_heads=2, mlp_dim=16, num_classes=3)
+>>> images = np.zeros((1, 8, 8, 3), "float32")
+>>> attention_rollout(model, images).shape, mean_attention_distance(model, images).shape
+((1, 2, 2), (2, 2))
+"""
+
+from keras_vit.inspection.attention import (
+    attention_rollout,
+    attention_weights,
+    mean_attention_distance,
+    patch_centres,
+    rollout_to_image,
+)
+from keras_vit.inspection.embeddings import (
+    FilterComponents,
+    embedding_filter_components,
+    position_embedding_similarity,
+)
+from keras_vit.inspection.plots import (
+    plot_attention_rollout,
+    plot_embedding_filters,
+    plot_mean_attention_distance,
+    plot_position_embedding_similarity,
+)
+
+__all__ = [
+    "FilterComponents",
+    "attention_rollout",
+    "attention_weights",
+    "embedding_filter_components",
+    "mean_attention_distance",
+    "patch_centres",
+    "plot_attention_rollout",
+    "plot_embedding_filters",
+    "plot_mean_attention_distance",
+    "plot_position_embedding_similarity",
+    "position_embedding_similarity",
+    "rollout_to_image",
+]

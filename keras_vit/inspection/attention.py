@@ -1,0 +1,203 @@
+"""What a ViT attends to: attention weights, Attention Rollout and mean attention distance.
+
+- ``attention_weights``: the softmax probabilities of every block (the explicit path of the
+  attention layer, through ``VisionTransformer.attention_model()``; the model is not changed).
+- ``attention_rollout``: Attention Rollout (Abnar & Zuidema, 2020) as in the paper's Appendix D.8
+  and Fig. 6: average the heads, add the identity for the residual connection, re-normalise the
+  rows, and multiply the matrices of all layers.
+- ``mean_attention_distance``: the paper's "attention distance" (Sec. 4.5, Fig. 7 right, Fig. 11,
+  Appendix D.7): for every head, the attention-weighted mean distance in pixels between a query
+  patch and the patches it attends to, averaged over query patches and images.
+"""
+
+import keras
+import numpy as np
+
+
+def _check_model(model):
+    needed = ("attention_model", "grid_size", "stride", "classifier", "image_size", "num_channels")
+    missing = [name for name in needed if not hasattr(model, name)]
+    if missing:
+        raise TypeError(
+            f"Expected a keras_vit VisionTransformer (plain or hybrid), got {type(model).__name__} "
+            f"(it has no {', '.join(missing)}). Build the model with keras_vit.VisionTransformer, "
+            "keras_vit.create_model or keras_vit.load_checkpoint."
+        )
+
+
+def _check_images(model, images):
+    images = np.asarray(keras.ops.convert_to_numpy(images))
+    expected = (*model.image_size, model.num_channels)
+    if images.ndim != 4 or tuple(images.shape[1:]) != expected:
+        hint = " Add a batch axis with images[None]." if images.shape == expected else ""
+        raise ValueError(
+            f"Expected a batch of images of shape (batch, {expected[0]}, {expected[1]}, "
+            f"{expected[2]}) for this model, got {images.shape}.{hint} Resize the images to the "
+            "model's image_size (values in [-1, 1])."
+        )
+    return images
+
+
+def attention_weights(model, images, batch_size=32):
+    """The attention probabilities of every encoder block.
+
+    Args:
+        model: a keras_vit ``VisionTransformer`` (plain or hybrid, any position embedding).
+        images: (batch, height, width, channels) array, preprocessed as for the model.
+        batch_size: images per forward pass.
+
+    Returns:
+        A list with one float32 numpy array per block, each (batch, heads, tokens, tokens); row i
+        of a map is the distribution of query token i over the keys (token 0 is the class token
+        for ``classifier="token"`` models).
+
+    Example:
+    >>> import numpy as np
+    >>> from keras_vit import VisionTransformer
+    >>> model = VisionTransformer(image_size=8, patch_size=4, hidden_size=8, num_layers=2,
+    ...                           num_heads=2, mlp_dim=16, num_classes=3)
+    >>> [w.shape for w in attention_weights(model, np.zeros((1, 8, 8, 3), "float32"))]
+    [(1, 2, 5, 5), (1, 2, 5, 5)]
+    """
+    _check_model(model)
+    images = _check_images(model, images)
+    outputs = model.attention_model().predict(images, batch_size=batch_size, verbose=0)
+    if not isinstance(outputs, (list, tuple)):
+        outputs = [outputs]
+    return [np.asarray(keras.ops.convert_to_numpy(w), dtype=np.float32) for w in outputs]
+
+
+def _rollout_matrices(weights):
+    """The (batch, tokens, tokens) rollout A_L' ... A_1' with A' = rownorm(mean_heads(A) + I)."""
+    tokens = weights[0].shape[-1]
+    eye = np.eye(tokens)
+    rollout = None
+    for layer in weights:
+        mixed = layer.astype(np.float64).mean(axis=1) + eye
+        mixed /= mixed.sum(axis=-1, keepdims=True)
+        rollout = mixed if rollout is None else mixed @ rollout
+    return rollout
+
+
+def attention_rollout(model, images, batch_size=32):
+    """Attention Rollout maps over the patch grid (paper Appendix D.8, Fig. 6).
+
+    The attention of each block is averaged over heads; the identity is added (the residual
+    connection) and the rows are re-normalised; the matrices of all blocks are multiplied, later
+    blocks on the left. The map of a ``"token"`` model is the class token's row over the patch
+    tokens; a ``"gap"`` model, whose output is the mean of all tokens, gets the mean of the rows.
+
+    Args:
+        model: a keras_vit ``VisionTransformer``.
+        images: (batch, height, width, channels) array, preprocessed as for the model.
+        batch_size: images per forward pass.
+
+    Returns:
+        float32 numpy array (batch, rows, cols) over ``model.grid_size``: the share of the
+        output's attention flow that reaches each patch. Upsample it onto the image with
+        ``rollout_to_image``.
+
+    Example:
+    >>> import numpy as np
+    >>> from keras_vit import VisionTransformer
+    >>> model = VisionTransformer(image_size=8, patch_size=4, hidden_size=8, num_layers=2,
+    ...                           num_heads=2, mlp_dim=16, num_classes=3)
+    >>> attention_rollout(model, np.zeros((1, 8, 8, 3), "float32")).shape
+    (1, 2, 2)
+    """
+    _check_model(model)
+    rollout = _rollout_matrices(attention_weights(model, images, batch_size))
+    if model.classifier == "token":
+        maps = rollout[:, 0, 1:]
+    else:
+        maps = rollout.mean(axis=1)
+    return maps.reshape(-1, *model.grid_size).astype(np.float32)
+
+
+def rollout_to_image(rollout, image_size, normalize=True):
+    """Upsample rollout maps from the patch grid onto the image (bilinear), for an overlay.
+
+    Args:
+        rollout: (batch, rows, cols) or (rows, cols) maps, e.g. from ``attention_rollout``.
+        image_size: int or (height, width) of the image.
+        normalize: divide every map by its maximum, so that it lies in [0, 1] and can multiply
+            the image as in the paper's Fig. 6.
+
+    Returns:
+        float32 numpy array (batch, height, width), or (height, width) for a single map.
+
+    Example:
+    >>> import numpy as np
+    >>> rollout_to_image(np.ones((2, 2)), 8).shape
+    (8, 8)
+    """
+    maps = np.asarray(rollout, dtype=np.float32)
+    single = maps.ndim == 2
+    if single:
+        maps = maps[None]
+    if maps.ndim != 3:
+        raise ValueError(
+            f"Expected rollout maps of shape (batch, rows, cols) or (rows, cols), got {maps.shape}."
+        )
+    if isinstance(image_size, (tuple, list)):
+        height, width = (int(v) for v in image_size)
+    else:
+        height = width = int(image_size)
+    if height < 1 or width < 1:
+        raise ValueError(f"image_size must be positive, got {image_size!r}.")
+    resized = keras.ops.image.resize(
+        maps[..., None], (height, width), interpolation="bilinear", data_format="channels_last"
+    )
+    resized = np.asarray(keras.ops.convert_to_numpy(resized), dtype=np.float32)[..., 0]
+    if normalize:
+        peak = resized.max(axis=(1, 2), keepdims=True)
+        resized = resized / np.where(peak > 0, peak, 1.0)
+    return resized[0] if single else resized
+
+
+def patch_centres(model):
+    """The (rows*cols, 2) pixel coordinates (y, x) of the patch centres, row-major.
+
+    Patches are ``model.stride`` pixels apart (the patch size, times the ResNet stem's stride for
+    a hybrid, whose patches are taken from a downsampled feature map).
+    """
+    rows, cols = model.grid_size
+    grid = np.stack(np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij"), axis=-1)
+    return (grid.reshape(-1, 2) + 0.5) * model.stride
+
+
+def mean_attention_distance(model, images, batch_size=32):
+    """Mean attention distance in pixels, per block and head (paper Fig. 7 right, Appendix D.7).
+
+    For every query patch, the distances from its centre to the centres of all patches are
+    averaged with its attention weights over the patches (the class token, if any, is left out
+    and the remaining weights re-normalised); the result is averaged over query patches and
+    images. This is the "receptive field size" of the head, the analogue of a CNN's.
+
+    Args:
+        model: a keras_vit ``VisionTransformer`` (plain or hybrid).
+        images: (batch, height, width, channels) array, preprocessed as for the model.
+        batch_size: images per forward pass.
+
+    Returns:
+        float64 numpy array (num_layers, num_heads).
+
+    Example:
+    >>> import numpy as np
+    >>> from keras_vit import VisionTransformer
+    >>> model = VisionTransformer(image_size=8, patch_size=4, hidden_size=8, num_layers=2,
+    ...                           num_heads=2, mlp_dim=16, num_classes=3)
+    >>> mean_attention_distance(model, np.zeros((1, 8, 8, 3), "float32")).shape
+    (2, 2)
+    """
+    _check_model(model)
+    centres = patch_centres(model)
+    distance = np.linalg.norm(centres[:, None, :] - centres[None, :, :], axis=-1)
+    first = 1 if model.classifier == "token" else 0
+    result = []
+    for layer in attention_weights(model, images, batch_size):
+        patches = layer[:, :, first:, first:].astype(np.float64)
+        patches /= patches.sum(axis=-1, keepdims=True)
+        per_query = (patches * distance).sum(axis=-1)  # (batch, heads, queries)
+        result.append(per_query.mean(axis=(0, 2)))
+    return np.stack(result)

@@ -1,0 +1,111 @@
+"""What a ViT's embeddings learn: position-embedding similarity and patch-filter components.
+
+- ``position_embedding_similarity``: the cosine similarity between the position embedding of
+  every patch and that of every other patch (paper Sec. 4.5, Fig. 7 centre, Fig. 10).
+- ``embedding_filter_components``: the top principal components of the learned patch-embedding
+  filters, the rows of ``E`` seen as P x P x C images (paper Fig. 7 left).
+"""
+
+from typing import NamedTuple
+
+import keras
+import numpy as np
+
+from keras_vit.inspection.attention import _check_model
+
+
+def position_embedding_similarity(model, block=0):
+    """Cosine similarity of the patches' position embeddings, as a (rows, cols, rows, cols) array.
+
+    Entry ``[r, c, i, j]`` is the similarity between the embedding of the patch at grid row r,
+    column c and that of the patch at row i, column j (the class token's row is left out). For a
+    2-D embedding the patch's embedding is its concatenated X and Y halves.
+
+    Args:
+        model: a keras_vit ``VisionTransformer`` with ``position_embedding`` "learned_1d" or
+            "learned_2d".
+        block: for the "every_layer" placement, the block whose embedding to compare.
+
+    Returns:
+        float32 numpy array (rows, cols, rows, cols) over ``model.grid_size``.
+
+    Example:
+    >>> from keras_vit import VisionTransformer
+    >>> model = VisionTransformer(image_size=8, patch_size=4, hidden_size=8, num_layers=1,
+    ...                           num_heads=2, mlp_dim=16, num_classes=3)
+    >>> similarity = position_embedding_similarity(model)
+    >>> similarity.shape, round(float(similarity[0, 1, 0, 1]), 4)
+    ((2, 2, 2, 2), 1.0)
+    """
+    _check_model(model)
+    layer = model.position_embedding_layer(block)
+    table = np.asarray(keras.ops.convert_to_numpy(layer.position_embeddings()), np.float64)[0]
+    if model.classifier == "token":
+        table = table[1:]
+    rows, cols = model.grid_size
+    norms = np.linalg.norm(table, axis=-1, keepdims=True)
+    unit = table / np.maximum(norms, 1e-12)
+    return (unit @ unit.T).reshape(rows, cols, rows, cols).astype(np.float32)
+
+
+class FilterComponents(NamedTuple):
+    """Principal components of the patch-embedding filters, by decreasing explained variance.
+
+    Attributes:
+        components: (n, P, P, C) unit-norm, mutually orthogonal filters.
+        explained_variance: (n,) variance of the filters along each component.
+        explained_variance_ratio: (n,) that variance as a fraction of the filters' total.
+    """
+
+    components: np.ndarray
+    explained_variance: np.ndarray
+    explained_variance_ratio: np.ndarray
+
+
+def embedding_filter_components(model, n=28):
+    """The top ``n`` principal components of the patch-embedding filters (paper Fig. 7 left).
+
+    The embedding kernel (P, P, C, D) holds D filters of P*P*C values each (the rows of the
+    paper's projection E). They are centred and decomposed with an SVD; component k is the k-th
+    right singular vector, reshaped to a P x P x C image, with the sign chosen so that its
+    largest-magnitude entry is positive. For a hybrid the filters act on the ResNet feature map
+    (P is then 1 and C the feature width).
+
+    Args:
+        model: a keras_vit ``VisionTransformer``.
+        n: number of components, at most min(D, P*P*C) (the paper shows 28).
+
+    Returns:
+        ``FilterComponents(components, explained_variance, explained_variance_ratio)``.
+
+    Example:
+    >>> from keras_vit import VisionTransformer
+    >>> model = VisionTransformer(image_size=8, patch_size=4, hidden_size=8, num_layers=1,
+    ...                           num_heads=2, mlp_dim=16, num_classes=3)
+    >>> result = embedding_filter_components(model, n=5)
+    >>> result.components.shape, result.explained_variance.shape
+    ((5, 4, 4, 3), (5,))
+    """
+    _check_model(model)
+    kernel = np.asarray(keras.ops.convert_to_numpy(model.get_layer("embedding").conv.kernel))
+    height, width, channels, count = kernel.shape
+    size = height * width * channels
+    limit = min(count, size)
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= limit:
+        raise ValueError(
+            f"n must be an integer between 1 and {limit} (the model has {count} filters of "
+            f"{height}x{width}x{channels} = {size} values), got {n!r}."
+        )
+    filters = kernel.reshape(size, count).T.astype(np.float64)
+    filters -= filters.mean(axis=0)
+    _, singular, basis = np.linalg.svd(filters, full_matrices=False)
+    peaks = np.argmax(np.abs(basis), axis=1)
+    basis *= np.sign(basis[np.arange(len(basis)), peaks])[:, None]
+    variance = singular**2 / max(count - 1, 1)
+    total = variance.sum()
+    ratio = variance / total if total > 0 else np.zeros_like(variance)
+    return FilterComponents(
+        components=basis[:n].reshape(n, height, width, channels).astype(np.float32),
+        explained_variance=variance[:n],
+        explained_variance_ratio=ratio[:n],
+    )

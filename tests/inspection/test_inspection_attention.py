@@ -1,0 +1,167 @@
+"""attention_weights, attention_rollout, rollout_to_image, mean_attention_distance."""
+
+import itertools
+import math
+from types import SimpleNamespace
+
+import keras
+import numpy as np
+import pytest
+from inspection_helpers import build_vit, to_numpy, zero_query_key
+
+from keras_vit.inspection import (
+    attention_rollout,
+    attention_weights,
+    mean_attention_distance,
+    patch_centres,
+    rollout_to_image,
+)
+
+
+@pytest.fixture(scope="module")
+def token_vit():
+    return build_vit("token")
+
+
+@pytest.fixture(scope="module")
+def gap_vit():
+    return build_vit("gap")
+
+
+@pytest.fixture
+def vit_images():
+    return np.random.default_rng(0).uniform(-1, 1, (3, 16, 16, 3)).astype("float32")
+
+
+@pytest.mark.parametrize("classifier, tokens", [("token", 17), ("gap", 16)])
+def test_attention_weights_shapes_and_rows(classifier, tokens, vit_images, request):
+    model = request.getfixturevalue(f"{classifier}_vit")
+    before = to_numpy(model(vit_images))
+    weights = attention_weights(model, vit_images, batch_size=2)
+    assert len(weights) == 3
+    for layer in weights:
+        assert layer.shape == (3, 2, tokens, tokens) and layer.dtype == np.float32
+        np.testing.assert_allclose(layer.sum(-1), 1.0, atol=1e-5)
+        assert layer.min() >= 0
+    np.testing.assert_array_equal(to_numpy(model(vit_images)), before)
+    assert len(model.outputs) == 1
+
+
+def test_first_layer_weights_are_the_softmax_of_the_first_block(token_vit, vit_images):
+    """Recompute block 0's attention from its weights with numpy."""
+    stem = keras.Model(token_vit.input, token_vit.get_layer("dropout").output)
+    x = to_numpy(stem(vit_images)).astype("float64")
+    block = token_vit.get_layer("encoderblock_0")
+    norm = block.LayerNorm_0
+    y = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-6)
+    y = y * to_numpy(norm.gamma) + to_numpy(norm.beta)
+    attention = block.MultiHeadDotProductAttention_1
+    q = np.einsum("bnd,dhk->bnhk", y, to_numpy(attention.query_kernel))
+    q = q + to_numpy(attention.query_bias)
+    k = np.einsum("bnd,dhk->bnhk", y, to_numpy(attention.key_kernel)) + to_numpy(attention.key_bias)
+    logits = np.einsum("bqhk,bshk->bhqs", q, k) / math.sqrt(8)
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    np.testing.assert_allclose(attention_weights(token_vit, vit_images)[0], probs, atol=1e-5)
+
+
+def test_single_layer_model_still_gives_a_list(vit_images):
+    weights = attention_weights(build_vit(num_layers=1), vit_images)
+    assert isinstance(weights, list) and len(weights) == 1
+
+
+@pytest.mark.parametrize("classifier", ["token", "gap"])
+def test_uniform_attention_gives_a_flat_rollout(classifier, vit_images):
+    model = zero_query_key(build_vit(classifier))
+    for layer in attention_weights(model, vit_images):
+        np.testing.assert_allclose(layer, 1.0 / layer.shape[-1], rtol=1e-5)
+    rollout = attention_rollout(model, vit_images)
+    assert rollout.shape == (3, 4, 4)
+    # A' = (J/T + I)/2 for T tokens; these commute, so after L layers a query keeps 2^-L on
+    # itself and spreads the rest evenly: (1 - 2^-L)/T on each token (1/T for the GAP mean).
+    tokens = 17 if classifier == "token" else 16
+    expected = (1 - 0.5**3) / tokens if classifier == "token" else 1 / tokens
+    np.testing.assert_allclose(rollout, expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("classifier", ["token", "gap"])
+def test_rollout_multiplies_later_layers_on_the_left(classifier, vit_images, request):
+    model = request.getfixturevalue(f"{classifier}_vit")
+    weights = attention_weights(model, vit_images)
+    expected = []
+    for b in range(len(vit_images)):
+        joint = np.eye(weights[0].shape[-1])
+        for layer in weights:
+            mixed = 0.5 * layer[b].astype("float64").mean(0) + 0.5 * np.eye(len(joint))
+            joint = mixed @ joint
+        row = joint[0, 1:] if classifier == "token" else joint.mean(0)
+        expected.append(row.reshape(4, 4))
+    np.testing.assert_allclose(attention_rollout(model, vit_images), expected, atol=1e-6)
+
+
+def test_rollout_to_image():
+    maps = np.random.default_rng(1).uniform(0.1, 1, (2, 4, 4))
+    images = rollout_to_image(maps, 16)
+    assert images.shape == (2, 16, 16)
+    np.testing.assert_allclose(images.max(axis=(1, 2)), 1.0, rtol=1e-6)
+    raw = rollout_to_image(maps, (8, 12), normalize=False)
+    assert raw.shape == (2, 8, 12)
+    assert maps.min() - 1e-6 <= raw.min() and raw.max() <= maps.max() + 1e-6
+    np.testing.assert_allclose(rollout_to_image(np.full((2, 2), 0.3), 6, normalize=False), 0.3,
+                               rtol=1e-6)
+    peak = np.zeros((4, 4))
+    peak[0, 3] = 1.0
+    image = rollout_to_image(peak, 16)
+    assert np.unravel_index(image.argmax(), image.shape)[0] < 4
+    assert np.unravel_index(image.argmax(), image.shape)[1] >= 12
+    with pytest.raises(ValueError, match="rows, cols"):
+        rollout_to_image(np.zeros((1, 2, 2, 2)), 8)
+
+
+def _mean_pairwise_patch_distance(image_size, patch_size):
+    """Mean distance over all ordered pairs of patch centres, from the pixels of each patch."""
+    sides = range(0, image_size, patch_size)
+    centres = [
+        (np.mean(np.arange(top, top + patch_size)), np.mean(np.arange(left, left + patch_size)))
+        for top, left in itertools.product(sides, sides)
+    ]
+    total = sum(math.dist(a, b) for a in centres for b in centres)
+    return total / len(centres) ** 2
+
+
+@pytest.mark.parametrize("classifier", ["token", "gap"])
+@pytest.mark.parametrize("image_size, patch_size", [(16, 4), (32, 8)])
+def test_uniform_attention_distance_is_the_mean_pairwise_distance(
+    classifier, image_size, patch_size
+):
+    model = zero_query_key(build_vit(classifier, image_size=image_size, patch_size=patch_size))
+    images = np.random.default_rng(2).uniform(-1, 1, (2, image_size, image_size, 3))
+    distance = mean_attention_distance(model, images.astype("float32"))
+    assert distance.shape == (3, 2)
+    np.testing.assert_allclose(
+        distance, _mean_pairwise_patch_distance(image_size, patch_size), rtol=1e-5
+    )
+
+
+def test_attention_distance_of_a_trained_like_model_is_bounded(token_vit, vit_images):
+    distance = mean_attention_distance(token_vit, vit_images)
+    assert distance.shape == (3, 2)
+    assert np.all(distance >= 0) and np.all(distance <= math.hypot(12, 12) + 1e-9)
+
+
+def test_patch_centres_are_spaced_by_the_model_stride():
+    centres = patch_centres(SimpleNamespace(grid_size=(2, 3), stride=32))
+    np.testing.assert_array_equal(
+        centres, [[16, 16], [16, 48], [16, 80], [48, 16], [48, 48], [48, 80]]
+    )
+
+
+def test_bad_inputs_are_rejected(token_vit):
+    with pytest.raises(ValueError, match=r"images\[None\]"):
+        attention_weights(token_vit, np.zeros((16, 16, 3), "float32"))
+    with pytest.raises(ValueError, match="image_size"):
+        attention_rollout(token_vit, np.zeros((1, 32, 32, 3), "float32"))
+    with pytest.raises(ValueError, match="3\\)"):
+        mean_attention_distance(token_vit, np.zeros((1, 16, 16, 1), "float32"))
+    with pytest.raises(TypeError, match="VisionTransformer"):
+        attention_weights(keras.Sequential([keras.layers.Dense(2)]), np.zeros((1, 4)))

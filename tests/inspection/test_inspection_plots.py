@@ -1,0 +1,115 @@
+"""The plotting helpers return matplotlib figures drawn as the paper's Figs. 6 and 7."""
+
+import io
+
+import matplotlib
+import numpy as np
+import pytest
+from inspection_helpers import build_vit
+
+matplotlib.use("Agg")
+
+from matplotlib.figure import Figure  # noqa: E402
+
+from keras_vit.inspection import (  # noqa: E402
+    attention_rollout,
+    embedding_filter_components,
+    mean_attention_distance,
+    plot_attention_rollout,
+    plot_embedding_filters,
+    plot_mean_attention_distance,
+    plot_position_embedding_similarity,
+    position_embedding_similarity,
+)
+
+
+@pytest.fixture(scope="module")
+def token_vit():
+    return build_vit("token")
+
+
+@pytest.fixture(scope="module")
+def gap_vit():
+    return build_vit("gap")
+
+
+@pytest.fixture
+def vit_images():
+    return np.random.default_rng(0).uniform(-1, 1, (3, 16, 16, 3)).astype("float32")
+
+
+def _renders(fig):
+    assert isinstance(fig, Figure)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    assert buffer.getvalue()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_all_figures_from_a_model(token_vit, vit_images):
+    components = embedding_filter_components(token_vit, n=14)
+    fig = plot_embedding_filters(components)
+    assert len(fig.axes) == 14 and "first 14 principal components" in fig._suptitle.get_text()
+    _renders(fig)
+
+    fig = plot_position_embedding_similarity(position_embedding_similarity(token_vit))
+    axis = fig.axes[0]
+    assert axis.get_ylabel() == "Input patch row"
+    assert [t.get_text() for t in axis.get_xticklabels()] == ["1", "2", "3", "4"]
+    assert axis.images[0].get_array().shape == (4 * 5 - 1, 4 * 5 - 1)
+    _renders(fig)
+
+    distances = mean_attention_distance(token_vit, vit_images)
+    fig = plot_mean_attention_distance(distances, image_size=16)
+    axis = fig.axes[0]
+    assert axis.get_xlabel() == "Network depth (layer)"
+    assert len(axis.collections) == 2  # one scatter per head
+    np.testing.assert_allclose(axis.collections[1].get_offsets()[:, 1], distances[:, 1])
+    assert axis.get_ylim()[1] == pytest.approx(np.hypot(16, 16))
+    _renders(fig)
+
+    fig = plot_attention_rollout(vit_images, attention_rollout(token_vit, vit_images),
+                                 max_images=2)
+    assert [axis.get_title() for axis in fig.axes] == ["Input", "Attention"] * 2
+    _renders(fig)
+
+
+def test_grey_images_and_filters():
+    fig = plot_embedding_filters(np.random.default_rng(0).normal(size=(3, 4, 4, 1)), columns=2)
+    assert len(fig.axes) == 3
+    fig = plot_attention_rollout(np.ones((1, 8, 8, 1)), np.ones((1, 2, 2)), value_range=(0, 1))
+    shown = fig.axes[1].images[0].get_array()
+    np.testing.assert_allclose(shown, 1.0)  # a flat map normalised to 1 leaves the image as is
+
+
+def test_similarity_mosaic_places_each_patch_tile():
+    similarity = np.zeros((2, 2, 2, 2))
+    similarity[1, 0, 1, 0] = 1.0
+    mosaic = plot_position_embedding_similarity(similarity).axes[0].images[0].get_array()
+    # tile (row 1, col 0) starts at mosaic row 3 (2 rows + 1 gap); its own entry [1, 0] is 1
+    assert mosaic[3 + 1, 0] == 1.0 and np.nansum(mosaic) == 1.0
+    assert np.ma.getmaskarray(mosaic)[2, 2] or np.isnan(mosaic[2, 2])
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: plot_embedding_filters(np.zeros((4, 1, 1, 32))), "C = 1 or 3"),
+        (lambda: plot_position_embedding_similarity(np.zeros((4, 4, 16))), "rows, cols, rows"),
+        (lambda: plot_mean_attention_distance(np.zeros(5)), "num_layers, num_heads"),
+        (lambda: plot_attention_rollout(np.zeros((2, 8, 8, 3)), np.zeros((1, 2, 2))),
+         "one \\(rows, cols\\) rollout map per image"),
+        (lambda: plot_attention_rollout(np.zeros((1, 8, 8, 3)), np.zeros((1, 2, 2)),
+                                        value_range=(1, 1)), "high > low"),
+    ],
+)
+def test_bad_plot_inputs_are_rejected(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_plots_take_any_backend_model_output(gap_vit, vit_images):
+    rollout = attention_rollout(gap_vit, vit_images[:1])
+    _renders(plot_attention_rollout(vit_images[:1], rollout))
+    fig = plot_mean_attention_distance(np.ones((12, 17)))
+    assert fig.axes[0].get_legend() is None  # 16 heads or fewer get a legend, more do not
+    assert fig.axes[0].get_ylim()[0] == 0
