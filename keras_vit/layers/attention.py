@@ -8,6 +8,10 @@ Two code paths give the same numbers:
   ``keras.ops.dot_product_attention`` (fused/flash kernels where the backend has them);
 - the explicit path (``return_attention_scores=True``, or attention dropout while training)
   forms the softmax probabilities A = softmax(q k^T / sqrt(hd)) and returns them for inspection.
+
+Under mixed precision both paths take the softmax in float32: the backends' fused attention
+upcasts the logits (jax, tensorflow) or accumulates in float32 (torch), and the explicit path
+casts q and k to float32, so the returned probabilities are float32.
 """
 
 import math
@@ -108,8 +112,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             context = ops.dot_product_attention(q, k, v)
             return self._output(context)
         scale = 1.0 / math.sqrt(self.head_dim)
-        logits = ops.einsum("bqhd,bkhd->bhqk", q * ops.cast(scale, q.dtype), k)
-        probs = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+        # Logits and softmax in float32, also under mixed precision.
+        q, k = ops.cast(q, "float32"), ops.cast(k, "float32")
+        probs = ops.softmax(ops.einsum("bqhd,bkhd->bhqk", q * scale, k), axis=-1)
         dropped = self.attention_dropout(ops.cast(probs, v.dtype), training=training)
         context = ops.einsum("bhqk,bkhd->bqhd", dropped, v)
         outputs = self._output(context)

@@ -4,7 +4,9 @@
     z_l  = MLP(LN(z'_l)) + z'_l
 
 LayerNorm epsilon is 1e-6 and the GELU is the tanh approximation, both as in the official
-checkpoints (Keras defaults, 1e-3 and exact GELU, move logits by up to 1e-3).
+checkpoints (Keras defaults, 1e-3 and exact GELU, move logits by up to 1e-3). Under mixed
+precision, ``keras.ops.layer_normalization`` computes the statistics in float32 whatever the
+input dtype; only the normalised output is cast back to the compute dtype.
 Sub-layer names follow the official (pre-Linen) module paths, so the checkpoint map is a table.
 """
 
@@ -75,6 +77,12 @@ class EncoderBlock(keras.layers.Layer):
     Call with ``return_attention_scores=True`` to also get the (batch, heads, N, N) attention
     probabilities; the block output is the same either way.
 
+    With ``remat=True`` the block's forward pass runs under ``keras.remat`` (gradient
+    checkpointing): only its input is kept for the backward pass, where the block is recomputed.
+    ``keras.RematScope`` cannot be used here: it passes the ``training`` flag through the
+    rematerialised function, which jax and tf.function reject. Dropout must then be 0, because
+    the recomputation would draw new masks.
+
     Example:
     >>> import numpy as np
     >>> block = EncoderBlock(num_heads=4, mlp_dim=64)
@@ -89,6 +97,7 @@ class EncoderBlock(keras.layers.Layer):
         dropout_rate=0.0,
         attention_dropout_rate=0.0,
         approximate_gelu=True,
+        remat=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -97,6 +106,12 @@ class EncoderBlock(keras.layers.Layer):
         self.dropout_rate = float(dropout_rate)
         self.attention_dropout_rate = float(attention_dropout_rate)
         self.approximate_gelu = bool(approximate_gelu)
+        self.remat = bool(remat)
+        if self.remat and (self.dropout_rate or self.attention_dropout_rate):
+            raise ValueError(
+                "remat=True needs dropout_rate=0 and attention_dropout_rate=0: the recomputed "
+                "forward pass would draw new dropout masks. Set the rates to 0 or remat=False."
+            )
         self.LayerNorm_0 = layer_norm("LayerNorm_0", self.dtype_policy)
         self.MultiHeadDotProductAttention_1 = MultiHeadSelfAttention(
             self.num_heads,
@@ -124,6 +139,11 @@ class EncoderBlock(keras.layers.Layer):
             layer.build(input_shape)
 
     def call(self, inputs, training=None, return_attention_scores=False):
+        if self.remat and not return_attention_scores:
+            return keras.remat(lambda x: self._forward(x, training, False))(inputs)
+        return self._forward(inputs, training, return_attention_scores)
+
+    def _forward(self, inputs, training, return_attention_scores):
         x = self.LayerNorm_0(inputs)
         if return_attention_scores:
             x, probs = self.MultiHeadDotProductAttention_1(
@@ -151,5 +171,6 @@ class EncoderBlock(keras.layers.Layer):
             dropout_rate=self.dropout_rate,
             attention_dropout_rate=self.attention_dropout_rate,
             approximate_gelu=self.approximate_gelu,
+            remat=self.remat,
         )
         return config

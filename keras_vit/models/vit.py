@@ -38,6 +38,18 @@ def _image_shape(image_size):
     return int(image_size), int(image_size)
 
 
+def float32_output_dtype(dtype):
+    """The dtype for a model's last layer: float32 under a mixed policy, else ``dtype``.
+
+    Under ``mixed_float16``/``mixed_bfloat16`` the logits feed the loss in float32 (the Keras
+    mixed-precision guidance); the head's weights are float32 already, so this costs nothing.
+    """
+    policy = keras.dtype_policies.get(dtype) if dtype is not None else keras.config.dtype_policy()
+    if policy.quantization_mode is None and policy.compute_dtype != policy.variable_dtype:
+        return policy.variable_dtype
+    return dtype
+
+
 def _check_positive(**values):
     for name, value in values.items():
         if value is None or int(value) < 1:
@@ -73,6 +85,13 @@ class VisionTransformer(keras.Model):
         num_channels: input channels (3 for RGB, 1 for grayscale).
         resnet: None for a plain ViT, or ``dict(num_layers=(3, 4, 9), width_factor=1)`` for a
             hybrid whose tokens come from a ResNet stem (see ``keras_vit.layers.resnet``).
+        remat: rematerialise each encoder block (``keras.remat``): its activations are
+            recomputed in the backward pass instead of stored, trading compute for memory in
+            large models. Outputs and gradients are unchanged; needs dropout rates of 0.
+
+    Mixed precision: pass ``dtype="mixed_bfloat16"`` (or ``"mixed_float16"``, or set the global
+    policy). LayerNorm statistics and the attention softmax are computed in float32, and the
+    head returns float32 logits.
 
     Example:
     >>> import numpy as np
@@ -100,6 +119,7 @@ class VisionTransformer(keras.Model):
         head_bias_init=0.0,
         num_channels=3,
         resnet=None,
+        remat=False,
         name="vit",
         **kwargs,
     ):
@@ -156,6 +176,7 @@ class VisionTransformer(keras.Model):
                 dropout_rate=dropout_rate,
                 attention_dropout_rate=attention_dropout_rate,
                 approximate_gelu=approximate_gelu,
+                remat=remat,
                 dtype=dtype,
                 name=f"encoderblock_{i}",
             )(x)
@@ -170,10 +191,12 @@ class VisionTransformer(keras.Model):
                 num_classes,
                 kernel_initializer=head_kernel_initializer,
                 bias_initializer=keras.initializers.Constant(head_bias_init),
-                dtype=dtype,
+                dtype=float32_output_dtype(dtype),
                 name="head",
             )(x)
         super().__init__(inputs=inputs, outputs=x, name=name, **kwargs)
+        if dtype is not None:  # a functional Model ignores the dtype argument
+            self.dtype_policy = dtype
 
         self.image_size = (height, width)
         self.patch_size = int(patch_size)
@@ -195,6 +218,7 @@ class VisionTransformer(keras.Model):
         self.head_bias_init = float(head_bias_init)
         self.num_channels = int(num_channels)
         self.resnet = None if resnet is None else dict(resnet)
+        self.remat = bool(remat)
         self.stride = stride
         self.grid_size = (height // stride, width // stride)
         self._attention_model = None
@@ -240,6 +264,7 @@ class VisionTransformer(keras.Model):
             "head_bias_init": self.head_bias_init,
             "num_channels": self.num_channels,
             "resnet": self.resnet,
+            "remat": self.remat,
         }
 
     @classmethod
