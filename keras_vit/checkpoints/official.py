@@ -221,7 +221,9 @@ def vit_config(tensors):
     grid = posemb.shape[1] - (classifier == "token")
     side = math.isqrt(grid)
     if side * side != grid:
-        raise ValueError(f"The position embedding has {grid} grid rows, which is not a square grid.")
+        raise ValueError(
+            f"The position embedding has {grid} grid rows, which is not a square grid."
+        )
     config = dict(
         patch_size=int(patch_size),
         hidden_size=int(hidden_size),

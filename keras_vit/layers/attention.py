@@ -88,10 +88,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def _project_qkv(self, x):
         dim = self.hidden_size
-        kernel = ops.concatenate(
-            [ops.reshape(k, (dim, dim)) for k in (self.query_kernel, self.key_kernel, self.value_kernel)],
-            axis=1,
-        )
+        kernels = (self.query_kernel, self.key_kernel, self.value_kernel)
+        kernel = ops.concatenate([ops.reshape(k, (dim, dim)) for k in kernels], axis=1)
         bias = ops.concatenate(
             [ops.reshape(b, (dim,)) for b in (self.query_bias, self.key_bias, self.value_bias)]
         )

@@ -50,8 +50,8 @@ class PatchEmbedding(keras.layers.Layer):
     """Linear projection of flattened P x P patches, written as a stride-P convolution.
 
     Input (batch, H, W, C); output (batch, H/P * W/P, hidden_size), grid row-major (the official
-    ``embedding`` module followed by its reshape). Weights: ``kernel`` (P, P, C, D) and ``bias`` (D,),
-    the layout of ``embedding/kernel`` in the official files.
+    ``embedding`` module followed by its reshape). Weights: ``kernel`` (P, P, C, D) and ``bias``
+    (D,), the layout of ``embedding/kernel`` in the official files.
 
     Example:
     >>> import numpy as np
@@ -87,7 +87,8 @@ class PatchEmbedding(keras.layers.Layer):
         expected = self.conv.kernel.shape[2]
         if inputs.shape[-1] is not None and inputs.shape[-1] != expected:
             raise ValueError(
-                f"Expected NHWC images with {expected} channel(s), got shape {tuple(inputs.shape)}. "
+                f"Expected NHWC images with {expected} channel(s), got shape "
+                f"{tuple(inputs.shape)}. "
                 "Convert the images (e.g. grayscale to RGB with np.repeat(x, 3, axis=-1)) or build "
                 f"the model with num_channels={inputs.shape[-1]}."
             )

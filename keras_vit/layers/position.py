@@ -89,9 +89,9 @@ def resize_position_embedding(posemb, new_grid, has_class_token):
         rows, cols = (int(v) for v in new_grid)
         if rows != cols:
             raise ValueError(
-                f"Cannot resize to a non-square {rows}x{cols} grid: the official position-embedding "
-                "format and its resize only express square grids. Use a square image size "
-                f"(e.g. {max(rows, cols)}x{max(rows, cols)} patches)."
+                f"Cannot resize to a non-square {rows}x{cols} grid: the official "
+                "position-embedding format and its resize only express square grids. Use a "
+                f"square image size (e.g. {max(rows, cols)}x{max(rows, cols)} patches)."
             )
         new_side = rows
     else:

@@ -33,7 +33,9 @@ class _WithAttention(keras.layers.Layer):
 def _image_shape(image_size):
     if isinstance(image_size, (tuple, list)):
         if len(image_size) != 2:
-            raise ValueError(f"image_size must be an int or a (height, width) pair, got {image_size!r}.")
+            raise ValueError(
+                f"image_size must be an int or a (height, width) pair, got {image_size!r}."
+            )
         return int(image_size[0]), int(image_size[1])
     return int(image_size), int(image_size)
 
