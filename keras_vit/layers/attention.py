@@ -12,6 +12,10 @@ Two code paths give the same numbers:
 Both paths accept an additive ``bias`` on the logits (broadcastable to (batch, H, N, N)), added
 before the softmax: A = softmax(q k^T / sqrt(hd) + bias). With ``relative_position=True`` the
 layer adds the logits of 1-D relative attention (paper Appendix D.4) this way.
+
+Under mixed precision both paths take the softmax in float32: the backends' fused attention
+upcasts the logits (jax, tensorflow) or accumulates in float32 (torch), and the explicit path
+casts q and k to float32, so the returned probabilities are float32.
 """
 
 import math
@@ -130,8 +134,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             else:
                 context = ops.dot_product_attention(q, k, v, bias=ops.cast(bias, q.dtype))
             return self._output(context)
-        logits = ops.einsum("bqhd,bkhd->bhqk", q * ops.cast(scale, q.dtype), k)
-        logits = ops.cast(logits, "float32")
+        # Logits and softmax in float32, also under mixed precision.
+        q, k = ops.cast(q, "float32"), ops.cast(k, "float32")
+        logits = ops.einsum("bqhd,bkhd->bhqk", q * scale, k)
         if bias is not None:
             logits = logits + ops.cast(bias, "float32")
         probs = ops.softmax(logits, axis=-1)

@@ -4,7 +4,9 @@
     z_l  = MLP(LN(z'_l)) + z'_l
 
 LayerNorm epsilon is 1e-6 and the GELU is the tanh approximation, both as in the official
-checkpoints (Keras defaults, 1e-3 and exact GELU, move logits by up to 1e-3).
+checkpoints (Keras defaults, 1e-3 and exact GELU, move logits by up to 1e-3). Under mixed
+precision, ``keras.ops.layer_normalization`` computes the statistics in float32 whatever the
+input dtype; only the normalised output is cast back to the compute dtype.
 Sub-layer names follow the official (pre-Linen) module paths, so the checkpoint map is a table.
 """
 
@@ -77,6 +79,12 @@ class EncoderBlock(keras.layers.Layer):
     probabilities; the block output is the same either way. ``relative_position=True`` gives the
     attention learned 1-D relative position logits (paper Appendix D.4).
 
+    With ``remat=True`` the block's forward pass runs under ``keras.remat`` (gradient
+    checkpointing): only its input is kept for the backward pass, where the block is recomputed.
+    ``keras.RematScope`` cannot be used here: it passes the ``training`` flag through the
+    rematerialised function, which jax and tf.function reject. Dropout must then be 0, because
+    the recomputation would draw new masks.
+
     Example:
     >>> import numpy as np
     >>> block = EncoderBlock(num_heads=4, mlp_dim=64)
@@ -92,6 +100,7 @@ class EncoderBlock(keras.layers.Layer):
         attention_dropout_rate=0.0,
         approximate_gelu=True,
         relative_position=False,
+        remat=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -101,6 +110,12 @@ class EncoderBlock(keras.layers.Layer):
         self.attention_dropout_rate = float(attention_dropout_rate)
         self.approximate_gelu = bool(approximate_gelu)
         self.relative_position = bool(relative_position)
+        self.remat = bool(remat)
+        if self.remat and (self.dropout_rate or self.attention_dropout_rate):
+            raise ValueError(
+                "remat=True needs dropout_rate=0 and attention_dropout_rate=0: the recomputed "
+                "forward pass would draw new dropout masks. Set the rates to 0 or remat=False."
+            )
         self.LayerNorm_0 = layer_norm("LayerNorm_0", self.dtype_policy)
         self.MultiHeadDotProductAttention_1 = MultiHeadSelfAttention(
             self.num_heads,
@@ -129,6 +144,11 @@ class EncoderBlock(keras.layers.Layer):
             layer.build(input_shape)
 
     def call(self, inputs, training=None, return_attention_scores=False):
+        if self.remat and not return_attention_scores:
+            return keras.remat(lambda x: self._forward(x, training, False))(inputs)
+        return self._forward(inputs, training, return_attention_scores)
+
+    def _forward(self, inputs, training, return_attention_scores):
         x = self.LayerNorm_0(inputs)
         if return_attention_scores:
             x, probs = self.MultiHeadDotProductAttention_1(
@@ -157,5 +177,6 @@ class EncoderBlock(keras.layers.Layer):
             attention_dropout_rate=self.attention_dropout_rate,
             approximate_gelu=self.approximate_gelu,
             relative_position=self.relative_position,
+            remat=self.remat,
         )
         return config

@@ -69,6 +69,18 @@ def _check_position_options(kind, placement, hidden_size):
         )
 
 
+def float32_output_dtype(dtype):
+    """The dtype for a model's last layer: float32 under a mixed policy, else ``dtype``.
+
+    Under ``mixed_float16``/``mixed_bfloat16`` the logits feed the loss in float32 (the Keras
+    mixed-precision guidance); the head's weights are float32 already, so this costs nothing.
+    """
+    policy = keras.dtype_policies.get(dtype) if dtype is not None else keras.config.dtype_policy()
+    if policy.quantization_mode is None and policy.compute_dtype != policy.variable_dtype:
+        return policy.variable_dtype
+    return dtype
+
+
 def _check_positive(**values):
     for name, value in values.items():
         if value is None or int(value) < 1:
@@ -116,6 +128,13 @@ class VisionTransformer(keras.Model):
             (a separate embedding ``posembed_{i}`` before each block ``i``) or
             ``"every_layer_shared"`` (one embedding ``posembed_shared`` before each block).
             ``"relative"`` and ``"none"`` take only ``"stem"``.
+        remat: rematerialise each encoder block (``keras.remat``): its activations are
+            recomputed in the backward pass instead of stored, trading compute for memory in
+            large models. Outputs and gradients are unchanged; needs dropout rates of 0.
+
+    Mixed precision: pass ``dtype="mixed_bfloat16"`` (or ``"mixed_float16"``, or set the global
+    policy). LayerNorm statistics and the attention softmax are computed in float32, and the
+    head returns float32 logits.
 
     Example:
     >>> import numpy as np
@@ -145,6 +164,7 @@ class VisionTransformer(keras.Model):
         resnet=None,
         position_embedding="learned_1d",
         position_embedding_placement="stem",
+        remat=False,
         name="vit",
         **kwargs,
     ):
@@ -218,6 +238,7 @@ class VisionTransformer(keras.Model):
                 attention_dropout_rate=attention_dropout_rate,
                 approximate_gelu=approximate_gelu,
                 relative_position=position_embedding == "relative",
+                remat=remat,
                 dtype=dtype,
                 name=f"encoderblock_{i}",
             )(x)
@@ -232,10 +253,12 @@ class VisionTransformer(keras.Model):
                 num_classes,
                 kernel_initializer=head_kernel_initializer,
                 bias_initializer=keras.initializers.Constant(head_bias_init),
-                dtype=dtype,
+                dtype=float32_output_dtype(dtype),
                 name="head",
             )(x)
         super().__init__(inputs=inputs, outputs=x, name=name, **kwargs)
+        if dtype is not None:  # a functional Model ignores the dtype argument
+            self.dtype_policy = dtype
 
         self.image_size = (height, width)
         self.patch_size = int(patch_size)
@@ -259,6 +282,7 @@ class VisionTransformer(keras.Model):
         self.resnet = None if resnet is None else dict(resnet)
         self.position_embedding = position_embedding
         self.position_embedding_placement = position_embedding_placement
+        self.remat = bool(remat)
         self.stride = stride
         self.grid_size = grid_size
         # Names, not layers: the layers are tracked by the functional graph already.
@@ -330,6 +354,7 @@ class VisionTransformer(keras.Model):
             "resnet": self.resnet,
             "position_embedding": self.position_embedding,
             "position_embedding_placement": self.position_embedding_placement,
+            "remat": self.remat,
         }
 
     @classmethod

@@ -1,0 +1,278 @@
+import json
+import os
+import subprocess
+import sys
+import types
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit import distribution
+from keras_vit.training import distribution as dist_impl
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Shared by both subprocess scripts: a tiny ViT, fixed data, and one training run.
+_COMMON = """
+import json, os, sys
+import numpy as np
+CONFIG = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=2, num_heads=4, mlp_dim=32,
+              num_classes=5, head_kernel_initializer="glorot_uniform")
+rng = np.random.default_rng(0)
+X = rng.uniform(-1, 1, (16, 8, 8, 3)).astype("float32")
+Y = rng.integers(0, 5, 16)
+
+def run(model, init, keras):
+    model.set_weights(init)
+    model.compile(keras.optimizers.SGD(0.1),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    loss = model.fit(X, Y, batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"]
+    return loss, model.predict(X, batch_size=8, verbose=0), model.get_weights()
+
+def diffs(a, b):
+    return {
+        "loss": float(np.max(np.abs(np.subtract(a[0], b[0])))),
+        "predictions": float(np.max(np.abs(a[1] - b[1]))),
+        "weights": float(max(np.max(np.abs(u - v)) for u, v in zip(a[2], b[2]))),
+    }
+"""
+
+_MIRRORED = _COMMON + """
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras
+from keras_vit import VisionTransformer
+from keras_vit.training import check_batch_size
+
+keras.utils.set_random_seed(0)
+reference = VisionTransformer(**CONFIG)
+init = reference.get_weights()
+single = run(reference, init, keras)
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+with strategy.scope():
+    replicas = strategy.num_replicas_in_sync
+    per_replica = check_batch_size(8)
+    try:
+        check_batch_size(7)
+        odd_error = ""
+    except ValueError as error:
+        odd_error = str(error)
+    mirrored = run(VisionTransformer(**CONFIG), init, keras)
+print(json.dumps({"replicas": replicas, "per_replica": per_replica, "odd_error": odd_error,
+                  "mirrored": diffs(single, mirrored), "loss_moved": single[0][0] - single[0][1]}))
+"""
+
+_JAX = _COMMON + """
+import jax, keras
+from keras_vit import VisionTransformer
+from keras_vit.distribution import check_batch_size, layout_map
+
+devices = keras.distribution.list_devices()
+keras.utils.set_random_seed(0)
+reference = VisionTransformer(**CONFIG)
+init = reference.get_weights()
+single = run(reference, init, keras)
+
+keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
+data_parallel = run(VisionTransformer(**CONFIG), init, keras)
+dp_replicas = check_batch_size(8)
+
+mesh = keras.distribution.DeviceMesh((2, 2), ("batch", "model"), devices)
+keras.distribution.set_distribution(keras.distribution.ModelParallel(
+    layout_map=layout_map(CONFIG, mesh), batch_dim_name="batch"))
+model = VisionTransformer(**CONFIG)
+block = model.get_layer("encoderblock_0")
+specs = {
+    "query_kernel": list(block.MultiHeadDotProductAttention_1.query_kernel.value.sharding.spec),
+    "out_kernel": list(block.MultiHeadDotProductAttention_1.out_kernel.value.sharding.spec),
+    "mlp_0": list(block.MlpBlock_3.Dense_0.kernel.value.sharding.spec),
+    "mlp_1": list(block.MlpBlock_3.Dense_1.kernel.value.sharding.spec),
+    "head": list(model.get_layer("head").kernel.value.sharding.spec),
+}
+shard_shape = block.MlpBlock_3.Dense_0.kernel.value.addressable_shards[0].data.shape
+model_parallel = run(model, init, keras)
+print(json.dumps({"devices": len(devices), "specs": specs, "shard_shape": list(shard_shape),
+                  "mp_per_replica": check_batch_size(8),
+                  "data_parallel": diffs(single, data_parallel),
+                  "model_parallel": diffs(single, model_parallel), "dp_per_replica": dp_replicas}))
+"""
+
+
+def _run_script(script, backend, extra_env=None):
+    env = dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
+    env.update(extra_env or {})
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow",
+    reason="tf.distribute runs under KERAS_BACKEND=tensorflow",
+)
+def test_mirrored_strategy_on_two_cpus_matches_one_device():
+    out = _run_script(_MIRRORED, "tensorflow")
+    print("MirroredStrategy (2 logical CPUs) vs one device:", out["mirrored"])
+    assert out["replicas"] == 2 and out["per_replica"] == 4
+    assert "not divisible by the number of replicas (2)" in out["odd_error"]
+    assert out["loss_moved"] > 0  # the comparison is of a run that actually trains
+    assert out["mirrored"]["loss"] < 1e-5
+    assert out["mirrored"]["weights"] < 1e-5
+    assert out["mirrored"]["predictions"] < 1e-4
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "jax", reason="keras.distribution runs under KERAS_BACKEND=jax"
+)
+def test_jax_data_and_model_parallel_match_one_device():
+    out = _run_script(_JAX, "jax", {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+    print("DataParallel (4 CPUs) vs one device:", out["data_parallel"])
+    print("ModelParallel (2x2 mesh) vs one device:", out["model_parallel"])
+    assert out["devices"] == 4
+    assert out["dp_per_replica"] == 2 and out["mp_per_replica"] == 4
+    specs = out["specs"]
+    assert specs["query_kernel"] == [None, "model", None]
+    assert specs["out_kernel"] == ["model", None, None]
+    assert specs["mlp_0"] == [None, "model"]
+    assert specs["mlp_1"] == ["model", None]
+    assert "model" not in specs["head"]
+    assert out["shard_shape"] == [16, 16]  # (D, M / 2)
+    for setting in ("data_parallel", "model_parallel"):
+        assert out[setting]["loss"] < 1e-5
+        assert out[setting]["weights"] < 1e-5
+        assert out[setting]["predictions"] < 1e-4  # logits of size ~1
+
+
+def test_layout_map_matches_every_sharded_vit_weight():
+    model = keras_vit.VisionTransformer(
+        image_size=8, patch_size=4, hidden_size=8, num_layers=2, num_heads=2, mlp_dim=16,
+        num_classes=3,
+    )
+    mesh = keras.distribution.DeviceMesh((1, 1), ("batch", "model"), ["cpu:0"])
+    layouts = distribution.layout_map(model, mesh)
+    sharded = {}
+    for v in model.weights:
+        layout = layouts[v.path]
+        if layout is not None:
+            assert len(layout.axes) == len(v.shape), v.path
+            sharded[v.path.split("/", 1)[1]] = layout.axes
+    expected = {
+        "MultiHeadDotProductAttention_1/query_kernel": (None, "model", None),
+        "MultiHeadDotProductAttention_1/key_kernel": (None, "model", None),
+        "MultiHeadDotProductAttention_1/value_kernel": (None, "model", None),
+        "MultiHeadDotProductAttention_1/query_bias": ("model", None),
+        "MultiHeadDotProductAttention_1/key_bias": ("model", None),
+        "MultiHeadDotProductAttention_1/value_bias": ("model", None),
+        "MultiHeadDotProductAttention_1/out_kernel": ("model", None, None),
+        "MlpBlock_3/Dense_0/kernel": (None, "model"),
+        "MlpBlock_3/Dense_0/bias": ("model",),
+        "MlpBlock_3/Dense_1/kernel": ("model", None),
+    }
+    assert sharded == expected
+    assert sum(layouts[v.path] is not None for v in model.weights) == 2 * len(expected)
+    # A config dict and a paper name work too.
+    assert len(distribution.layout_map(model.get_config(), mesh)) == 6
+    assert len(distribution.layout_map("ViT-B/16", mesh)) == 6
+
+
+def test_layout_map_errors():
+    devices = ["cpu:0"]
+    mesh = keras.distribution.DeviceMesh((1,), ("batch",), devices)
+    with pytest.raises(ValueError, match="no 'model' axis"):
+        distribution.layout_map("ViT-B/16", mesh)
+    fake = types.SimpleNamespace(shape=(1, 5), axis_names=("batch", "model"))
+    with pytest.raises(TypeError, match="DeviceMesh"):
+        distribution.layout_map("ViT-B/16", fake)
+    mesh = keras.distribution.DeviceMesh((1, 1), ("batch", "model"), devices)
+    class FiveWayMesh(keras.distribution.DeviceMesh):  # without needing 5 devices
+        shape, axis_names = (1, 5), ["batch", "model"]
+
+        def __init__(self):
+            pass
+
+    mesh_5 = FiveWayMesh()
+    with pytest.raises(ValueError, match=r"num_heads \(12\) is not divisible.*\(5\)"):
+        distribution.layout_map("ViT-B/16", mesh_5)
+    with pytest.raises(TypeError, match="VisionTransformer"):
+        distribution.layout_map(42, mesh)
+
+
+def test_check_batch_size():
+    assert distribution.check_batch_size(512, replicas=8) == 64
+    assert distribution.check_batch_size(32) == 32 // distribution.num_replicas()
+    with pytest.raises(ValueError, match=r"not divisible by the number of replicas \(8\).*96"):
+        distribution.check_batch_size(100, replicas=8)
+    with pytest.raises(ValueError, match="must be positive"):
+        distribution.check_batch_size(0, replicas=1)
+
+
+class _FakeTF:
+    """Just enough of tensorflow to see which strategy ``strategy()`` picks."""
+
+    def __init__(self, gpus=0, tpu=False):
+        calls = self.calls = []
+
+        def resolver(tpu=None):
+            if not self.tpu:
+                raise ValueError("no TPU")
+            calls.append(("resolver", tpu))
+            return "resolver"
+
+        self.tpu = tpu
+        cluster_resolver = types.SimpleNamespace(TPUClusterResolver=resolver)
+        self.distribute = types.SimpleNamespace(
+            cluster_resolver=cluster_resolver,
+            TPUStrategy=lambda r: ("TPUStrategy", r),
+            MirroredStrategy=lambda devices: ("MirroredStrategy", tuple(devices)),
+            get_strategy=lambda: "default",
+        )
+        gpu_list = [types.SimpleNamespace(name=f"/device:GPU:{i}") for i in range(gpus)]
+        self.config = types.SimpleNamespace(
+            list_logical_devices=lambda kind: gpu_list if kind == "GPU" else [],
+            experimental_connect_to_cluster=lambda r: calls.append(("connect", r)),
+        )
+        self.tpu_module = types.SimpleNamespace(
+            experimental=types.SimpleNamespace(
+                initialize_tpu_system=lambda r: calls.append(("initialize", r))
+            )
+        )
+
+
+def _strategy_with(monkeypatch, fake, env=None):
+    monkeypatch.setattr(keras.backend, "backend", lambda: "tensorflow")
+    module = types.ModuleType("tensorflow")
+    module.distribute, module.config, module.tpu = fake.distribute, fake.config, fake.tpu_module
+    monkeypatch.setitem(sys.modules, "tensorflow", module)
+    for name in ("COLAB_TPU_ADDR", "TPU_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in (env or {}).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(dist_impl.glob, "glob", lambda pattern: [])
+    monkeypatch.setattr(dist_impl.os.path, "exists", lambda path: False)
+    return dist_impl.strategy()
+
+
+def test_strategy_picks_tpu_then_gpus_then_default(monkeypatch):
+    fake = _FakeTF(gpus=1, tpu=True)
+    assert _strategy_with(monkeypatch, fake) == "default"  # no TPU hint: no resolver call
+    assert fake.calls == []
+    fake = _FakeTF(gpus=0, tpu=True)
+    assert _strategy_with(monkeypatch, fake, {"COLAB_TPU_ADDR": "10.0.0.2:8470"}) == (
+        "TPUStrategy", "resolver",
+    )
+    assert fake.calls == [("resolver", None), ("connect", "resolver"), ("initialize", "resolver")]
+    fake = _FakeTF(gpus=2, tpu=False)
+    assert _strategy_with(monkeypatch, fake, {"TPU_NAME": "x"}) == (
+        "MirroredStrategy", ("/device:GPU:0", "/device:GPU:1"),
+    )
+
+
+def test_strategy_is_none_off_tensorflow(monkeypatch):
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
+    assert distribution.strategy() is None
+    assert np.isscalar(distribution.num_replicas())
