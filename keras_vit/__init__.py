@@ -9,12 +9,14 @@ from keras_vit.checkpoints.official import load_checkpoint, save_checkpoint
 from keras_vit.layers.patching import PatchEmbedding, patchify
 from keras_vit.layers.position import resize_position_embedding
 from keras_vit.models.registry import create_model, model_names
+from keras_vit.models.resnet_v2 import ResNetV2
 from keras_vit.models.vit import VisionTransformer
 
 __version__ = "0.1.0"
 
 __all__ = [
     "PatchEmbedding",
+    "ResNetV2",
     "VisionTransformer",
     "create_model",
     "load_checkpoint",
