@@ -193,7 +193,8 @@ def to_keras_hub(model, *, strict=True):
     """The keras-hub ViT equivalent to a keras_vit ``VisionTransformer``.
 
     Args:
-        model: a plain (non-hybrid) ``VisionTransformer``.
+        model: a plain (non-hybrid) ``VisionTransformer`` with the default learned 1-D position
+            embedding added once after the patch embedding.
         strict: keras-hub only has the exact GELU. With ``strict=True`` (default) a model using
             the tanh approximation (``approximate_gelu=True``, e.g. every official checkpoint) is
             refused; with ``strict=False`` it is converted anyway and its logits move slightly
@@ -220,6 +221,13 @@ def to_keras_hub(model, *, strict=True):
         raise ValueError(
             "keras-hub's ViT has no ResNet stem, so a hybrid ResNet+ViT cannot be expressed; "
             "keep it as a keras_vit model."
+        )
+    placement = (model.position_embedding, model.position_embedding_placement)
+    if placement != ("learned_1d", "stem"):
+        raise ValueError(
+            "keras-hub's ViT adds one learned 1-D position embedding after the patch embedding; "
+            f"position_embedding={placement[0]!r} with placement {placement[1]!r} cannot be "
+            "expressed."
         )
     if model.approximate_gelu and strict:
         raise ValueError(

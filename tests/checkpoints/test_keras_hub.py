@@ -142,6 +142,10 @@ def test_to_keras_hub_inexpressible():
     with pytest.raises(ValueError, match="no ResNet stem"):
         to_keras_hub(load_checkpoint(fixture_path("hybrid_tiny_stemonly_token.npz")),
                      strict=False)
+    with pytest.raises(ValueError, match="position_embedding='learned_2d'"):
+        to_keras_hub(_vit(position_embedding="learned_2d"))
+    with pytest.raises(ValueError, match="placement 'every_layer'"):
+        to_keras_hub(_vit(position_embedding_placement="every_layer"))
     with pytest.raises(ValueError, match="headless model with a pre_logits"):
         to_keras_hub(_vit(num_classes=None, representation_size=4))
     with pytest.raises(TypeError, match="VisionTransformer"):
