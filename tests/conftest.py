@@ -30,8 +30,10 @@ def shapes_only():
     Variables created in a ``keras.StatelessScope`` defer their initialisers. They are dropped
     afterwards so that no later scope initialises them.
     """
-    with keras.StatelessScope(initialize_variables=False):
-        yield
     from keras.src.backend.common import global_state
 
-    global_state.set_global_attribute("uninitialized_variables", [])
+    try:
+        with keras.StatelessScope(initialize_variables=False):
+            yield
+    finally:
+        global_state.set_global_attribute("uninitialized_variables", [])
