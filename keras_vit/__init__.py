@@ -5,21 +5,26 @@ Example:
 >>> model = keras_vit.create_model("ViT-Ti/4", image_size=28, num_classes=10, num_channels=1)
 """
 
+from keras_vit.checkpoints.keras_hub import from_keras_hub, to_keras_hub
 from keras_vit.checkpoints.official import load_checkpoint, save_checkpoint
 from keras_vit.layers.patching import PatchEmbedding, patchify
 from keras_vit.layers.position import resize_position_embedding
 from keras_vit.models.registry import create_model, model_names
+from keras_vit.models.resnet_v2 import ResNetV2
 from keras_vit.models.vit import VisionTransformer
 
 __version__ = "0.1.0"
 
 __all__ = [
     "PatchEmbedding",
+    "ResNetV2",
     "VisionTransformer",
     "create_model",
+    "from_keras_hub",
     "load_checkpoint",
     "model_names",
     "patchify",
     "resize_position_embedding",
     "save_checkpoint",
+    "to_keras_hub",
 ]

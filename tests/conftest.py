@@ -1,3 +1,4 @@
+import contextlib
 import os
 
 import keras
@@ -20,3 +21,19 @@ def _seed():
 @pytest.fixture
 def images():
     return np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+
+
+@contextlib.contextmanager
+def shapes_only():
+    """Build (large) models without initialising their weights: enough for count_params.
+
+    Variables created in a ``keras.StatelessScope`` defer their initialisers. They are dropped
+    afterwards so that no later scope initialises them.
+    """
+    from keras.src.backend.common import global_state
+
+    try:
+        with keras.StatelessScope(initialize_variables=False):
+            yield
+    finally:
+        global_state.set_global_attribute("uninitialized_variables", [])

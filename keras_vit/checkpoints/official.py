@@ -104,6 +104,9 @@ def read_checkpoint(path):
 
 
 def _normalise_key(key):
+    if key.startswith("resnet/"):
+        # Some BiT files number their convs (standardized_conv2d_3), as big_vision notes.
+        return re.sub(r"/standardized_conv2d_\d+/", "/standardized_conv2d/", key)
     parts = key.split("/")
     if len(parts) > 2 and parts[0] == "Transformer" and parts[1].startswith("encoderblock_"):
         parts[2] = _LINEN_BLOCK_NAMES.get(parts[2], parts[2])
