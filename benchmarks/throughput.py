@@ -3,6 +3,8 @@
 Usage (one backend per process):
     KERAS_BACKEND=jax python benchmarks/throughput.py
     KERAS_BACKEND=torch python benchmarks/throughput.py --batch 8 --rounds 5
+    KERAS_BACKEND=jax python benchmarks/throughput.py --family      # BiT-R50x1, R50+ViT-B/16
+    KERAS_BACKEND=jax python benchmarks/throughput.py --memory 4    # largest batch in 4 GiB
 
 Both models are run in the same process with the same configuration (ViT-B/16 at 224 by
 default), alternating round by round so that load changes on the machine hit both alike. Each
@@ -13,7 +15,10 @@ counts).
 """
 
 import argparse
+import json
 import os
+import subprocess
+import sys
 import time
 
 import keras
@@ -84,6 +89,62 @@ def time_round(model, images, iters):
     return (time.perf_counter() - start) / iters
 
 
+FAMILY_MODELS = ("ViT-B/16", "BiT-R50x1", "R50+ViT-B/16")
+MEMORY_MODELS = ("ViT-B/32", "ViT-B/16", "BiT-R50x1")
+
+
+def family_table(args):
+    """Inference images/s of the three families at 224 and 384 (paper Fig. 12, left)."""
+    print(f"backend={keras.backend.backend()} batch={args.batch} (best of {args.rounds} rounds)")
+    print(f"{'model':>14} {'224 px':>10} {'384 px':>10}")
+    for name in FAMILY_MODELS:
+        row = []
+        for size in (224, 384):
+            model = keras_vit.create_model(name, image_size=size)
+            images = np.zeros((args.batch, size, size, 3), "float32")
+            model.predict_on_batch(images)
+            seconds = min(time_round(model, images, args.iters) for _ in range(args.rounds))
+            row.append(args.batch / seconds)
+            del model
+        print(f"{name:>14} {row[0]:>8.2f}/s {row[1]:>8.2f}/s")
+
+
+def _peak_memory_gib(name, batch, image_size):
+    """Peak resident memory of a fresh process that builds ``name`` and runs one batch."""
+    code = (
+        "import resource, numpy as np, keras_vit\n"
+        f"m = keras_vit.create_model({name!r}, image_size={image_size})\n"
+        f"m.predict_on_batch(np.zeros(({batch}, {image_size}, {image_size}, 3), 'float32'))\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    return int(out.stdout.strip().splitlines()[-1]) / 2**20
+
+
+def memory_table(args):
+    """The largest inference batch whose process peak memory stays within --memory GiB.
+
+    Peak memory is linear in the batch; it is measured at batches 1 and 8, the largest batch
+    under the budget is extrapolated, then measured to confirm (paper Fig. 12, right).
+    """
+    budget = args.memory
+    print(f"backend={keras.backend.backend()} image={args.image_size} budget={budget} GiB "
+          f"(peak resident memory of the whole process)")
+    rows = {}
+    for name in MEMORY_MODELS:
+        one, eight = (_peak_memory_gib(name, b, args.image_size) for b in (1, 8))
+        per_image = max((eight - one) / 7, 1e-6)
+        batch = max(int((budget - one) / per_image) + 1, 0)
+        while batch > 0 and _peak_memory_gib(name, batch, args.image_size) > budget:
+            batch = int(batch * 0.9)
+        rows[name] = dict(base_gib=round(one - per_image, 3),
+                          mib_per_image=round(per_image * 1024, 1), max_batch=batch)
+        print(f"{name:>10}: {per_image * 1024:7.1f} MiB/image over {one - per_image:.2f} GiB "
+              f"-> largest batch {batch}")
+    print(json.dumps(rows))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="ViT-B/16")
@@ -92,7 +153,15 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--no-hub", action="store_true", help="skip the keras-hub comparison")
+    parser.add_argument("--family", action="store_true",
+                        help="table of ViT-B/16, BiT-R50x1 and R50+ViT-B/16 at 224 and 384")
+    parser.add_argument("--memory", type=float, default=None, metavar="GIB",
+                        help="largest batch of ViT-B/32, ViT-B/16, BiT-R50x1 within GIB memory")
     args = parser.parse_args()
+    if args.family:
+        return family_table(args)
+    if args.memory is not None:
+        return memory_table(args)
 
     ours = keras_vit.create_model(args.model, image_size=args.image_size)
     images = np.random.default_rng(0).uniform(
