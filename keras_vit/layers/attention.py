@@ -48,7 +48,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     >>> import numpy as np
     >>> layer = MultiHeadSelfAttention(num_heads=4)
     >>> y, probs = layer(np.ones((2, 5, 32), "float32"), return_attention_scores=True)
-    >>> y.shape, probs.shape
+    >>> tuple(y.shape), tuple(probs.shape)
     ((2, 5, 32), (2, 4, 5, 5))
     """
 

@@ -31,7 +31,7 @@ class MlpBlock(keras.layers.Layer):
 
     Example:
     >>> import numpy as np
-    >>> MlpBlock(mlp_dim=64)(np.ones((2, 5, 32), "float32")).shape
+    >>> tuple(MlpBlock(mlp_dim=64)(np.ones((2, 5, 32), "float32")).shape)
     (2, 5, 32)
     """
 
@@ -86,7 +86,7 @@ class EncoderBlock(keras.layers.Layer):
     Example:
     >>> import numpy as np
     >>> block = EncoderBlock(num_heads=4, mlp_dim=64)
-    >>> block(np.ones((2, 5, 32), "float32")).shape
+    >>> tuple(block(np.ones((2, 5, 32), "float32")).shape)
     (2, 5, 32)
     """
 

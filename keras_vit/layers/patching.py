@@ -31,7 +31,7 @@ def patchify(images, patch_size):
 
     Example:
     >>> import numpy as np
-    >>> patchify(np.zeros((2, 32, 32, 3), "float32"), 4).shape
+    >>> tuple(patchify(np.zeros((2, 32, 32, 3), "float32"), 4).shape)
     (2, 64, 48)
     """
     images = ops.convert_to_tensor(images)
@@ -55,7 +55,8 @@ class PatchEmbedding(keras.layers.Layer):
 
     Example:
     >>> import numpy as np
-    >>> PatchEmbedding(patch_size=4, hidden_size=32)(np.zeros((1, 28, 28, 1), "float32")).shape
+    >>> layer = PatchEmbedding(patch_size=4, hidden_size=32)
+    >>> tuple(layer(np.zeros((1, 28, 28, 1), "float32")).shape)
     (1, 49, 32)
     """
 

@@ -21,7 +21,7 @@ class AddPositionEmbedding(keras.layers.Layer):
 
     Example:
     >>> import numpy as np
-    >>> AddPositionEmbedding()(np.zeros((2, 17, 8), "float32")).shape
+    >>> tuple(AddPositionEmbedding()(np.zeros((2, 17, 8), "float32")).shape)
     (2, 17, 8)
     """
 

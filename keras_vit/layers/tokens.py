@@ -13,7 +13,7 @@ class ClassToken(keras.layers.Layer):
 
     Example:
     >>> import numpy as np
-    >>> ClassToken()(np.ones((2, 4, 8), "float32")).shape
+    >>> tuple(ClassToken()(np.ones((2, 4, 8), "float32")).shape)
     (2, 5, 8)
     """
 
@@ -44,7 +44,7 @@ class TokenPooling(keras.layers.Layer):
 
     Example:
     >>> import numpy as np
-    >>> TokenPooling("gap")(np.ones((2, 5, 8), "float32")).shape
+    >>> tuple(TokenPooling("gap")(np.ones((2, 5, 8), "float32")).shape)
     (2, 8)
     """
 

@@ -78,7 +78,7 @@ def create_model(name, *, image_size=224, num_classes=1000, weights=None, **over
     Example:
     >>> model = create_model("ViT-Ti/4", image_size=28, num_classes=10, num_channels=1)
     >>> model.count_params()
-    5337802
+    5353738
     """
     for pattern, builder, _ in _FAMILIES:
         match = pattern.fullmatch(name)
