@@ -1,6 +1,6 @@
+import keras
 import numpy as np
 import pytest
-from keras.ops import convert_to_numpy as to_numpy
 
 import keras_vit
 from keras_vit.evaluation import fewshot_linear, fewshot_linear_from_features
@@ -131,18 +131,30 @@ def test_fewshot_linear_uses_the_models_pre_logits_features():
     )
     rng = np.random.default_rng(0)
     x_train = rng.uniform(-1, 1, (12, 8, 8, 1)).astype("float32")
-    x_test = rng.uniform(-1, 1, (9, 8, 8, 1)).astype("float32")
-    y_train, y_test = np.arange(12) % 3, np.arange(9) % 3
+    x_test = rng.uniform(-1, 1, (6, 8, 8, 1)).astype("float32")
+    y_train, y_test = np.arange(12) % 3, np.arange(6) % 3
     result = fewshot_linear(
         model, x_train, y_train, x_test, y_test, shots=(1, 4), seeds=(0, 1), batch_size=6
     )
     features = model.feature_extractor()
     assert features.output.shape[-1] == 6
     expected = fewshot_linear_from_features(
-        to_numpy(features(x_train)), y_train, to_numpy(features(x_test)), y_test,
+        features.predict(x_train, batch_size=6, verbose=0), y_train,
+        features.predict(x_test, batch_size=6, verbose=0), y_test,
         shots=(1, 4), seeds=(0, 1),
     )
     for shot in (1, 4):
         assert result[shot]["per_seed"] == pytest.approx(expected[shot]["per_seed"])
     with pytest.raises(ValueError, match="fewer than shots=5"):
         fewshot_linear(model, x_train, y_train, x_test, y_test, shots=(5,))
+
+
+def test_fewshot_linear_duck_types_the_feature_extractor():
+    class Features:  # any model with feature_extractor(), e.g. ResNetV2
+        def feature_extractor(self):
+            inputs = keras.Input((4,))
+            return keras.Model(inputs, keras.layers.Identity()(inputs))
+
+    x, y = _clusters(3, 6, 4, seed=5)
+    result = fewshot_linear(Features(), x, y, x, y, shots=(1, 2), seeds=(0,), batch_size=9)
+    assert result[1]["per_seed"] == [1.0] and result[2]["per_seed"] == [1.0]

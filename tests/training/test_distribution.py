@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 _COMMON = """
 import json, os, sys
 import numpy as np
-CONFIG = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=2, num_heads=4, mlp_dim=32,
+CONFIG = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=1, num_heads=4, mlp_dim=32,
               num_classes=5, head_kernel_initializer="glorot_uniform")
 rng = np.random.default_rng(0)
 X = rng.uniform(-1, 1, (16, 8, 8, 3)).astype("float32")
