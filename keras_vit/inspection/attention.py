@@ -35,7 +35,9 @@ def _check_images(model, images):
             f"{expected[2]}) for this model, got {images.shape}.{hint} Resize the images to the "
             "model's image_size (values in [-1, 1])."
         )
-    return images
+    if len(images) == 0:
+        raise ValueError("Got an empty batch of images; pass at least one image.")
+    return images.astype(model.input.dtype or "float32")
 
 
 def attention_weights(model, images, batch_size=32):
@@ -61,10 +63,18 @@ def attention_weights(model, images, batch_size=32):
     """
     _check_model(model)
     images = _check_images(model, images)
-    outputs = model.attention_model().predict(images, batch_size=batch_size, verbose=0)
-    if not isinstance(outputs, (list, tuple)):
-        outputs = [outputs]
-    return [np.asarray(keras.ops.convert_to_numpy(w), dtype=np.float32) for w in outputs]
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or (
+        batch_size < 1
+    ):
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
+    attention = model.attention_model()
+    chunks = []
+    for start in range(0, len(images), int(batch_size)):
+        outputs = attention(images[start:start + int(batch_size)], training=False)
+        if not isinstance(outputs, (list, tuple)):
+            outputs = [outputs]
+        chunks.append([np.asarray(keras.ops.convert_to_numpy(w), np.float32) for w in outputs])
+    return [np.concatenate(layer) for layer in zip(*chunks)]
 
 
 def _rollout_matrices(weights):

@@ -163,5 +163,9 @@ def test_bad_inputs_are_rejected(token_vit):
         attention_rollout(token_vit, np.zeros((1, 32, 32, 3), "float32"))
     with pytest.raises(ValueError, match="3\\)"):
         mean_attention_distance(token_vit, np.zeros((1, 16, 16, 1), "float32"))
+    with pytest.raises(ValueError, match="empty batch"):
+        attention_rollout(token_vit, np.zeros((0, 16, 16, 3), "float32"))
+    with pytest.raises(ValueError, match="batch_size"):
+        attention_weights(token_vit, np.zeros((1, 16, 16, 3), "float32"), batch_size=0)
     with pytest.raises(TypeError, match="VisionTransformer"):
         attention_weights(keras.Sequential([keras.layers.Dense(2)]), np.zeros((1, 4)))
