@@ -9,6 +9,7 @@ from keras_vit.checkpoints.official import load_checkpoint, save_checkpoint
 from keras_vit.layers.patching import PatchEmbedding, patchify
 from keras_vit.layers.position import resize_position_embedding
 from keras_vit.models.registry import create_model, model_names
+from keras_vit.models.resize import resize_model
 from keras_vit.models.vit import VisionTransformer
 
 __version__ = "0.1.0"
@@ -20,6 +21,7 @@ __all__ = [
     "load_checkpoint",
     "model_names",
     "patchify",
+    "resize_model",
     "resize_position_embedding",
     "save_checkpoint",
 ]
