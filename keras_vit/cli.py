@@ -20,7 +20,7 @@ import json
 import sys
 
 DECAYS = ("cosine", "linear")
-AUGMENTATIONS = ("inception_crop", "resize_crop", "resize")
+AUGMENTATIONS = ("inception_crop", "resize_crop", "pad_crop", "resize")
 
 
 def _data_args(parser, dataset="fashion_mnist"):
@@ -49,7 +49,8 @@ def _augmentation_args(group):
 def _model_args(parser):
     group = parser.add_argument_group("model")
     group.add_argument("--model", help="create_model name; default: a small ViT "
-                       "(ViT-Ti/4 with hidden_size=64, num_layers=4, num_heads=4, mlp_dim=128)")
+                       "(ViT-Ti/4 with hidden_size=64, num_layers=4, num_heads=4, mlp_dim=128, "
+                       "the dataset's channels)")
     group.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                        help="override a model constructor argument (repeatable, JSON values)")
     group.add_argument("--dropout", type=float, help="dropout_rate")

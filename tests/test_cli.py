@@ -66,7 +66,7 @@ def test_finetune_at_a_higher_resolution(trained, tmp_path):
 
 def test_finetune_resolution_must_be_a_multiple_of_the_patch(trained, capsys):
     args = ["finetune", os.path.join(trained, "model.keras"), "--image-size", "30",
-            "--steps", "2", "--eval-every", "1", "--verbose", "0"]
+            "--steps", "2", "--eval-every", "1", "--verbose", "0", "--output", "unused"]
     assert cli.main(args) == 1
     assert "not a multiple of the model's stride 7" in capsys.readouterr().err
 
@@ -90,6 +90,21 @@ def test_bad_inputs(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(batching, "num_replicas", lambda: 3)
     assert cli.main(["train", *TINY, *out]) == 1
     assert "not divisible by the 3 replicas" in capsys.readouterr().err
+    assert not os.path.exists(out[1])  # a run that fails its checks leaves no folder behind
+
+
+def test_train_on_a_tfds_dataset_with_mock_data(tmp_path):
+    import tensorflow_datasets as tfds
+
+    out = str(tmp_path / "cifar")
+    with tfds.testing.mock_data(num_examples=16):
+        assert cli.main(["train", *TINY, "--dataset", "cifar10", "--image-size", "16",
+                         "--set", "patch_size=8", "--batch-size", "8", "--epochs", "2",
+                         "--output", out]) == 0
+    metrics = _metrics(out)
+    assert metrics["steps_per_epoch"] == 2 and metrics["model_config"]["num_channels"] == 3
+    assert metrics["config"]["dataset"] == "cifar10"
+    assert metrics["model_config"]["num_classes"] == 10
 
 
 def test_convert_round_trip(tmp_path, capsys):

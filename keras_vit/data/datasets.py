@@ -101,6 +101,8 @@ def load_examples(name, split="train", *, data_dir=None, max_examples=None, shuf
 
     dataset = tfds.load(info.tfds_name, split=real_split, as_supervised=True, data_dir=data_dir,
                         shuffle_files=shuffle_files)
+    channels = info.channels
+    dataset = dataset.map(lambda x, y: (tf.ensure_shape(x, [None, None, channels]), y))
     return dataset if max_examples is None else dataset.take(max_examples)
 
 

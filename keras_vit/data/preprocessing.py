@@ -8,11 +8,15 @@
 - BiT's resolution rule: images smaller than 96x96 are resized to 160 and cropped to 128, larger
   ones to 512 / 480.
 - mixup (BiT): one Beta(alpha, alpha) sample per batch, every image mixed with the reversed batch.
+
+For tiny images (Fashion-MNIST's 28x28) a random translation suits better than a crop that also
+rescales: ``pad_crop`` zero-pads to ``resize_size`` and crops back (the classic CIFAR
+augmentation); it is not part of the official recipes.
 """
 
 import tensorflow as tf
 
-TRAIN_AUGMENTATIONS = ("inception_crop", "resize_crop", "resize")
+TRAIN_AUGMENTATIONS = ("inception_crop", "resize_crop", "pad_crop", "resize")
 
 
 def to_unit_range(images):
@@ -51,12 +55,23 @@ def inception_crop(image, size, area_range=(0.05, 1.0), seed=None):
         use_image_if_no_bounding_boxes=True,
         seed=seed or 0,
     )
-    return resize(tf.slice(image, begin, crop_size), size)
+    crop = tf.slice(image, begin, crop_size)
+    crop.set_shape([None, None, image.shape[-1]])  # the slice loses the static channel count
+    return resize(crop, size)
 
 
 def resize_random_crop(image, resize_size, size, seed=None):
     """A square resize to ``resize_size`` then a random ``size`` x ``size`` crop (BiT train)."""
     image = resize(image, resize_size)
+    return tf.image.random_crop(image, (size, size, tf.shape(image)[-1]), seed=seed)
+
+
+def pad_random_crop(image, padded_size, size, seed=None):
+    """Resize to ``size`` if needed, zero-pad (centred) to ``padded_size``, random-crop ``size``."""
+    if image.shape[0] != size or image.shape[1] != size:
+        image = resize(image, size)
+    offset = (padded_size - size) // 2
+    image = tf.image.pad_to_bounding_box(image, offset, offset, padded_size, padded_size)
     return tf.image.random_crop(image, (size, size, tf.shape(image)[-1]), seed=seed)
 
 
@@ -80,7 +95,8 @@ def preprocess(image, *, image_size, training, augmentation="inception_crop", re
         image_size: output side (the crop size).
         training: random augmentation when True, a plain resize when False.
         augmentation: ``"inception_crop"``, ``"resize_crop"`` (resize to ``resize_size`` then a
-            random crop) or ``"resize"`` (no crop).
+            random crop), ``"pad_crop"`` (zero-pad to ``resize_size`` then a random crop) or
+            ``"resize"`` (no crop).
         resize_size: side before the random crop; None uses ``image_size * 8 / 7`` (32 for 28).
         flip: random horizontal flip when training.
         channels: convert to this many channels (1 or 3); None keeps the image's.
@@ -101,14 +117,15 @@ def preprocess(image, *, image_size, training, augmentation="inception_crop", re
         image = image[..., None]
     if training and augmentation == "inception_crop":
         image = inception_crop(image, image_size, seed=seed)
-    elif training and augmentation == "resize_crop":
+    elif training and augmentation in ("resize_crop", "pad_crop"):
         if resize_size is None:
             resize_size = int(round(image_size * 8 / 7))
         if resize_size < image_size:
             raise ValueError(
                 f"resize_size ({resize_size}) must be at least the crop size ({image_size})."
             )
-        image = resize_random_crop(image, resize_size, image_size, seed=seed)
+        crop = resize_random_crop if augmentation == "resize_crop" else pad_random_crop
+        image = crop(image, resize_size, image_size, seed=seed)
     elif image.shape[0] != image_size or image.shape[1] != image_size:
         image = resize(image, image_size)
     if training and flip:

@@ -7,7 +7,14 @@ and is copied as it is. The model is rebuilt from its ``get_config`` and weights
 by layer (by name), so this works for any model built from a config, plain ViT or hybrid.
 """
 
-from keras_vit.layers.position import AddPositionEmbedding, resize_position_embedding
+import numpy as np
+import scipy.ndimage
+
+from keras_vit.layers.position import (
+    AddPositionEmbedding,
+    AddPositionEmbedding2D,
+    resize_position_embedding,
+)
 
 
 def _square_size(image_size):
@@ -46,8 +53,16 @@ def rebuild(model, skip=(), **config_changes):
         weights = old.get_weights()
         if isinstance(layer, AddPositionEmbedding):
             weights = [_resized_posemb(model, new, weights[0])]
+        elif isinstance(layer, AddPositionEmbedding2D):
+            weights = _resized_posemb_2d(layer.grid_size, weights)
         shapes = [tuple(w.shape) for w in layer.weights]
         if shapes != [tuple(w.shape) for w in weights]:
+            if "position" in type(layer).__name__.lower():
+                raise ValueError(
+                    f"Layer {layer.name!r} ({type(layer).__name__}) depends on the number of "
+                    "tokens and has no resize; only learned 1-D (official) and 2-D absolute "
+                    "position embeddings can be carried to another resolution."
+                )
             raise ValueError(
                 f"Layer {layer.name!r} has weight shapes {shapes} after the change but "
                 f"{[tuple(w.shape) for w in weights]} before; it cannot be carried over."
@@ -62,12 +77,28 @@ def _resized_posemb(old_model, new_model, posemb):
     return resize_position_embedding(posemb, new_model.grid_size, has_class_token)
 
 
+def _resize_table(table, length):
+    """Corner-aligned linear resampling of a (n, d) table to (length, d), as scipy zoom does."""
+    if table.shape[0] == length:
+        return table
+    zoomed = scipy.ndimage.zoom(table.astype(np.float64), (length / table.shape[0], 1), order=1)
+    return zoomed.astype(table.dtype)
+
+
+def _resized_posemb_2d(grid_size, weights):
+    """A 2-D embedding is ``concat(X[col], Y[row])``: its bilinear resize resamples each table."""
+    rows, cols = grid_size
+    return [_resize_table(weights[0], cols), _resize_table(weights[1], rows), *weights[2:]]
+
+
 def resize_model(model, image_size):
     """The same model at another (square) resolution, all weights carried over.
 
     The position embeddings are interpolated as the official fine-tuning code does (bilinear,
-    aligned corners, class-token row kept); works for plain and hybrid ViTs. Fine-tuning after
-    the resize is what the paper does (Sec. 3.2).
+    aligned corners, class-token row kept); works for plain and hybrid ViTs. A learned 2-D
+    embedding (Appendix D.4) has its X and Y tables resampled the same way, which is the same
+    bilinear resize of the table they form; relative position embeddings have no resize and are
+    refused. Fine-tuning after the resize is what the paper does (Sec. 3.2).
 
     Args:
         model: a keras_vit model (``VisionTransformer``, plain or hybrid).
@@ -101,5 +132,11 @@ def resize_model(model, image_size):
             f"The resolution {height} is not a multiple of the model's stride {stride} (its patch "
             f"size{' times the ResNet stride' if getattr(model, 'resnet', None) else ''}). "
             f"Use a multiple of {stride}, e.g. {lower} or {lower + stride}."
+        )
+    if getattr(model, "position_embedding", None) == "relative" and (height, width) != old:
+        raise ValueError(
+            "This model uses relative position embeddings, whose tables are sized by the number "
+            "of tokens and have no official resize; resize_model supports learned 1-D and 2-D "
+            "absolute position embeddings (or none)."
         )
     return rebuild(model, image_size=[height, width])

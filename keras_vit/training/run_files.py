@@ -32,6 +32,7 @@ def has_backup(run_dir):
 
 def write_json(path, payload):
     """Write JSON atomically (a kill never leaves half a file)."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
         json.dump(payload, f, indent=2, default=_jsonable)
@@ -65,6 +66,7 @@ class EpochLog(keras.callbacks.Callback):
 
     def __init__(self, run_dir, keep_existing):
         super().__init__()
+        os.makedirs(run_dir, exist_ok=True)
         self.path = os.path.join(run_dir, HISTORY)
         self.records = read_history(run_dir) if keep_existing else []
         self.first_epoch = None

@@ -25,8 +25,7 @@ from keras_vit.training.recipes import (
 # The default of ``keras-vit train``: a small ViT for 28x28 Fashion-MNIST (measured in README /
 # benchmarks/accuracy.py: >= 90% test accuracy in < 10 minutes on a 2-core CPU with jax).
 DEFAULT_MODEL = "ViT-Ti/4"
-DEFAULT_OVERRIDES = {"hidden_size": 64, "num_layers": 4, "num_heads": 4, "mlp_dim": 128,
-                     "num_channels": 1}
+DEFAULT_OVERRIDES = {"hidden_size": 64, "num_layers": 4, "num_heads": 4, "mlp_dim": 128}
 
 
 def parse_overrides(items):
@@ -44,16 +43,24 @@ def parse_overrides(items):
     return overrides
 
 
-def model_spec(config):
-    """``(name, overrides)``: the default small ViT unless ``config["model"]`` names one."""
+def model_spec(config, channels=None):
+    """``(name, overrides)``: the default small ViT unless ``config["model"]`` names one.
+
+    The default model takes the dataset's ``channels``; a named model keeps its own input
+    channels (3 for the published architectures) and the pipeline converts the images.
+    """
     name = config.get("model")
-    overrides = dict(DEFAULT_OVERRIDES) if name is None else {}
+    overrides = {}
+    if name is None:
+        overrides.update(DEFAULT_OVERRIDES)
+        if channels is not None:
+            overrides["num_channels"] = channels
     overrides.update(parse_overrides(config.get("set")))
     return (name or DEFAULT_MODEL), overrides
 
 
-def build_model(config, *, image_size, num_classes):
-    name, overrides = model_spec(config)
+def build_model(config, *, image_size, num_classes, channels=None):
+    name, overrides = model_spec(config, channels)
     if config.get("dropout") is not None:
         overrides["dropout_rate"] = config["dropout"]
     if config.get("head_bias_init") is not None:
@@ -88,9 +95,14 @@ def _channels(model):
 
 def _start(config, command, dataset, model_name):
     keras.utils.set_random_seed(int(config.get("seed", 0)))
-    run_dir = config.get("output") or run_files.default_output(command, dataset, model_name)
-    os.makedirs(run_dir, exist_ok=True)
-    return run_dir
+    return config.get("output") or run_files.default_output(command, dataset, model_name)
+
+
+def _checkpoint_name(path):
+    stem = os.path.splitext(os.path.basename(os.fspath(path)))[0]
+    if stem == "model":  # a run folder's model.keras: name it after the folder
+        stem = os.path.basename(os.path.dirname(os.path.abspath(path))) or stem
+    return stem
 
 
 def _evaluate(model, dataset):
@@ -129,7 +141,8 @@ def train(config):
     model_name, _ = model_spec(config)
     run_dir = _start(config, "train", info.name, model_name)
     image_size, resize_size = data.resolution(info.name, config.get("image_size"))
-    model = build_model(config, image_size=image_size, num_classes=info.num_classes)
+    model = build_model(config, image_size=image_size, num_classes=info.num_classes,
+                        channels=info.channels)
     batch_size = data.check_batch_size(int(config["batch_size"]))
     examples = data.load_examples(info.name, "train", data_dir=config.get("data_dir"),
                                   max_examples=config.get("train_examples"), shuffle_files=True)
@@ -189,7 +202,7 @@ def finetune(config):
     """Fine-tune a saved model (SGD momentum, warmup + cosine, zero-init head, new resolution)."""
     started = time.time()
     info = data.dataset_info(config["dataset"])
-    run_dir = _start(config, "finetune", info.name, os.path.basename(config["checkpoint"]))
+    run_dir = _start(config, "finetune", info.name, _checkpoint_name(config["checkpoint"]))
     pretrained = load_model_file(config["checkpoint"])
     image_size = config.get("image_size") or pretrained.input_shape[1]
     model = prepare_finetuning(pretrained, info.num_classes, image_size=image_size)
@@ -236,7 +249,7 @@ def evaluate(config):
     """Test accuracy of a saved model on a dataset split, at the model's resolution."""
     started = time.time()
     info = data.dataset_info(config["dataset"])
-    run_dir = _start(config, "evaluate", info.name, os.path.basename(config["checkpoint"]))
+    run_dir = _start(config, "evaluate", info.name, _checkpoint_name(config["checkpoint"]))
     model = load_model_file(config["checkpoint"])
     if model.output_shape[-1] != info.num_classes:
         raise ValueError(
@@ -259,7 +272,7 @@ def fewshot(config):
 
     started = time.time()
     info = data.dataset_info(config["dataset"])
-    run_dir = _start(config, "fewshot", info.name, os.path.basename(config["checkpoint"]))
+    run_dir = _start(config, "fewshot", info.name, _checkpoint_name(config["checkpoint"]))
     model = load_model_file(config["checkpoint"])
     size = config.get("image_size") or model.input_shape[1]
     arrays = []
@@ -290,7 +303,8 @@ def pretrain_mpp(config):
     model_name, _ = model_spec(config)
     run_dir = _start(config, "pretrain-mpp", info.name, model_name)
     image_size, resize_size = data.resolution(info.name, config.get("image_size"))
-    encoder = build_model(config, image_size=image_size, num_classes=info.num_classes)
+    encoder = build_model(config, image_size=image_size, num_classes=info.num_classes,
+                          channels=info.channels)
     batch_size = data.check_batch_size(int(config["batch_size"]))
     examples = data.load_examples(info.name, "train", data_dir=config.get("data_dir"),
                                   max_examples=config.get("train_examples"), shuffle_files=True)

@@ -65,6 +65,35 @@ def test_resize_errors():
         rebuild(model, image_sise=32)
 
 
+def test_resize_learned_2d_and_no_position_embeddings():
+    model = _tiny(position_embedding="learned_2d")
+    bigger = keras_vit.resize_model(model, 32)
+    layer, new_layer = model.get_layer("posembed_input"), bigger.get_layer("posembed_input")
+    table = keras.ops.convert_to_numpy(layer.position_embeddings())
+    # The X/Y tables resampled separately give the official bilinear resize of the whole table.
+    expected = keras_vit.resize_position_embedding(table, 8, has_class_token=True)
+    got = keras.ops.convert_to_numpy(new_layer.position_embeddings())
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
+    plain = keras_vit.resize_model(_tiny(position_embedding="none"), 32)
+    assert plain.image_size == (32, 32)
+
+
+def test_resize_every_layer_placement():
+    model = _tiny(position_embedding_placement="every_layer")
+    bigger = keras_vit.resize_model(model, 24)
+    for name in ("posembed_0", "posembed_1"):
+        old = keras.ops.convert_to_numpy(model.get_layer(name).pos_embedding)
+        new = keras.ops.convert_to_numpy(bigger.get_layer(name).pos_embedding)
+        np.testing.assert_array_equal(new, keras_vit.resize_position_embedding(old, 6, True))
+
+
+def test_relative_position_embeddings_are_refused():
+    model = _tiny(position_embedding="relative")
+    with pytest.raises(ValueError, match="relative position embeddings"):
+        keras_vit.resize_model(model, 32)
+    assert keras_vit.resize_model(model, 16).image_size == (16, 16)
+
+
 def test_hybrid_resize():
     pytest.importorskip("keras_vit.layers.resnet", reason="the hybrid stem lives on the resnet "
                         "branch; this test runs once it is merged")

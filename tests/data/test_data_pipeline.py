@@ -24,8 +24,9 @@ def test_unit_range_and_eval_resize():
 @pytest.mark.parametrize("augmentation", ["inception_crop", "resize_crop", "resize"])
 def test_train_augmentations(augmentation):
     image = _images(1, 40, 3)[0]
-    out = data.preprocess(image, image_size=32, training=True, augmentation=augmentation).numpy()
-    assert out.shape == (32, 32, 3)
+    out = data.preprocess(image, image_size=32, training=True, augmentation=augmentation,
+                          channels=1).numpy()
+    assert out.shape == (32, 32, 1)
     assert out.min() >= -1.0 and out.max() <= 1.0
 
 
@@ -90,6 +91,15 @@ def test_pipeline_batches_and_labels():
     assert [int(x.shape[0]) for x, _ in test] == [4, 4, 2]
     labels = np.concatenate([y.numpy() for _, y in test])
     np.testing.assert_array_equal(labels, np.eye(10, dtype="float32"))
+
+
+@pytest.mark.parametrize("augmentation", ["inception_crop", "resize_crop", "resize"])
+def test_pipeline_augmentations_keep_static_shapes(augmentation):
+    ds = data.from_arrays(_images(4), np.arange(4))
+    batches = data.pipeline(ds, batch_size=2, image_size=16, num_classes=4, training=True,
+                            augmentation=augmentation, channels=3)
+    assert tuple(batches.element_spec[0].shape) == (2, 16, 16, 3)
+    assert next(iter(batches))[0].shape == (2, 16, 16, 3)
 
 
 def test_pipeline_mixup_gives_soft_labels():
