@@ -10,6 +10,7 @@ from keras_vit.checkpoints.official import load_checkpoint, save_checkpoint
 from keras_vit.layers.patching import PatchEmbedding, patchify
 from keras_vit.layers.position import resize_position_embedding
 from keras_vit.models.registry import create_model, model_names
+from keras_vit.models.resize import resize_model
 from keras_vit.models.resnet_v2 import ResNetV2
 from keras_vit.models.vit import VisionTransformer
 
@@ -24,6 +25,7 @@ __all__ = [
     "load_checkpoint",
     "model_names",
     "patchify",
+    "resize_model",
     "resize_position_embedding",
     "save_checkpoint",
     "to_keras_hub",

@@ -126,15 +126,16 @@ def check_batch_size(batch_size, replicas=None):
     64
     """
     replicas = num_replicas() if replicas is None else int(replicas)
+    if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
+        raise ValueError(f"The batch size must be a positive integer, got {batch_size!r}.")
     batch_size = int(batch_size)
-    if batch_size < 1:
-        raise ValueError(f"The batch size must be positive, got {batch_size}.")
     if batch_size % replicas:
         lower = max(replicas, batch_size // replicas * replicas)
         raise ValueError(
-            f"The batch size ({batch_size}) is not divisible by the number of replicas "
-            f"({replicas}): every device must get the same number of examples. Use a multiple "
-            f"of {replicas}, e.g. {lower} or {lower + replicas}."
+            f"The global batch size {batch_size} is not divisible by the {replicas} replicas of "
+            "the current distribution strategy (the number of replicas): every device must get "
+            f"the same number of examples. Use a multiple of {replicas}, e.g. {lower} or "
+            f"{lower + replicas}."
         )
     return batch_size // replicas
 

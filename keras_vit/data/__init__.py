@@ -1,0 +1,45 @@
+"""Input data: named datasets, offline Fashion-MNIST and digits, the official preprocessing.
+
+Example:
+>>> from keras_vit import data
+>>> data.dataset_info("fashion_mnist").num_classes
+10
+"""
+
+from keras_vit.data.datasets import (
+    DATASETS,
+    DatasetInfo,
+    as_arrays,
+    dataset_info,
+    from_arrays,
+    load,
+    load_examples,
+    pipeline,
+    resolution,
+    take_per_class,
+)
+from keras_vit.data.offline import fashion_mnist_dir, load_digits, load_fashion_mnist
+from keras_vit.data.preprocessing import bit_resolution, mixup, preprocess, to_unit_range
+from keras_vit.training.distribution import check_batch_size, num_replicas
+
+__all__ = [
+    "DATASETS",
+    "DatasetInfo",
+    "as_arrays",
+    "bit_resolution",
+    "check_batch_size",
+    "dataset_info",
+    "fashion_mnist_dir",
+    "from_arrays",
+    "load",
+    "load_digits",
+    "load_examples",
+    "load_fashion_mnist",
+    "mixup",
+    "num_replicas",
+    "pipeline",
+    "preprocess",
+    "resolution",
+    "take_per_class",
+    "to_unit_range",
+]

@@ -1,0 +1,138 @@
+"""Real image data that needs no network: Fashion-MNIST (Debian package) and scikit-learn digits.
+
+Fashion-MNIST (Xiao et al. 2017; 60k/10k grey 28x28 clothing images, 10 classes) is read from the
+IDX files of Debian's ``dataset-fashion-mnist`` package, or from the same files in the Keras cache
+(``keras.datasets.fashion_mnist.load_data()`` puts them there when it has network access). The
+8x8 handwritten digits bundled with scikit-learn (1797 images, 10 classes) are the small downstream
+task of the transfer demo.
+
+Both loaders return uint8 images of shape (N, H, W, 1) in 0..255, like tfds images, so the same
+preprocessing (``keras_vit.data.preprocessing``) applies to every source.
+"""
+
+import gzip
+import os
+import struct
+
+import numpy as np
+
+FASHION_MNIST_DIRS = (
+    "/usr/share/datasets/fashion-mnist",
+    os.path.join(os.path.expanduser("~"), ".keras", "datasets", "fashion-mnist"),
+)
+FASHION_MNIST_CLASSES = (
+    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+)
+_FILES = {
+    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
+}
+_HOW_TO_GET = (
+    "Install the Debian package (`apt-get install dataset-fashion-mnist`, files in "
+    "/usr/share/datasets/fashion-mnist), or, with network access, run "
+    "`python -c \"import keras; keras.datasets.fashion_mnist.load_data()\"` once (it fills "
+    "~/.keras/datasets/fashion-mnist), or pass the folder holding the four IDX .gz files "
+    "(path=... / --data-dir / $KERAS_VIT_FASHION_MNIST)."
+)
+
+
+def _read_idx(path, count):
+    """Read the first ``count`` items (all when None) of a gzipped IDX file."""
+    with gzip.open(path, "rb") as f:
+        magic = f.read(4)
+        if len(magic) != 4 or magic[:2] != b"\x00\x00" or magic[2] != 0x08:
+            raise ValueError(f"{path!r} is not an unsigned-byte IDX file (magic {magic!r}).")
+        ndim = magic[3]
+        shape = struct.unpack(f">{ndim}I", f.read(4 * ndim))
+        n = shape[0] if count is None else min(int(count), shape[0])
+        item = int(np.prod(shape[1:], dtype=np.int64))
+        data = f.read(n * item)
+    if len(data) != n * item:
+        raise ValueError(f"{path!r} is truncated: expected {n * item} bytes of data.")
+    return np.frombuffer(data, np.uint8).reshape((n, *shape[1:]))
+
+
+def fashion_mnist_dir(path=None):
+    """The folder holding the Fashion-MNIST IDX files, or a FileNotFoundError saying how to get it.
+
+    Search order: ``path``, ``$KERAS_VIT_FASHION_MNIST``, the Debian package folder, the
+    Keras cache.
+    """
+    candidates = [path] if path is not None else []
+    if path is None and os.environ.get("KERAS_VIT_FASHION_MNIST"):
+        candidates.append(os.environ["KERAS_VIT_FASHION_MNIST"])
+    if path is None:
+        candidates.extend(FASHION_MNIST_DIRS)
+    names = [name for pair in _FILES.values() for name in pair]
+    for folder in candidates:
+        if all(os.path.isfile(os.path.join(folder, name)) for name in names):
+            return folder
+    looked = ", ".join(repr(os.fspath(c)) for c in candidates)
+    raise FileNotFoundError(
+        f"Fashion-MNIST not found (looked for {', '.join(names)} in {looked}). {_HOW_TO_GET}"
+    )
+
+
+def load_fashion_mnist(path=None, *, num_train=None, num_test=None):
+    """Fashion-MNIST as uint8 arrays: ``(x_train, y_train), (x_test, y_test)``.
+
+    Args:
+        path: folder with the four IDX ``.gz`` files; None searches the usual places
+            (see ``fashion_mnist_dir``).
+        num_train, num_test: read only the first examples of each split (fast, for tests).
+
+    Returns:
+        images (N, 28, 28, 1) uint8 and labels (N,) int64.
+
+    Example:
+    >>> (x, y), (xt, yt) = load_fashion_mnist(num_train=5, num_test=3)
+    >>> x.shape, x.dtype, yt.shape
+    ((5, 28, 28, 1), dtype('uint8'), (3,))
+    """
+    folder = fashion_mnist_dir(path)
+    result = []
+    for split, count in (("train", num_train), ("test", num_test)):
+        image_file, label_file = (os.path.join(folder, name) for name in _FILES[split])
+        images = _read_idx(image_file, count)[..., None]
+        labels = _read_idx(label_file, count).astype(np.int64)
+        if len(images) != len(labels):
+            raise ValueError(f"{image_file!r} and {label_file!r} hold different counts.")
+        result.append((images, labels))
+    return tuple(result)
+
+
+def load_digits(*, test_fraction=0.5, seed=0):
+    """scikit-learn's 8x8 handwritten digits as uint8 arrays with a fixed stratified split.
+
+    The 0..16 pixel values are scaled to 0..255 so that the usual ``(x - 127.5) / 127.5``
+    preprocessing maps them to [-1, 1] (background -1, like Fashion-MNIST).
+
+    Args:
+        test_fraction: fraction of every class held out for testing.
+        seed: seed of the split.
+
+    Returns:
+        ``(x_train, y_train), (x_test, y_test)``; images (N, 8, 8, 1) uint8, labels int64.
+
+    Example:
+    >>> (x, y), (xt, yt) = load_digits()
+    >>> x.shape[1:], len(x) + len(xt), sorted(set(y.tolist())) == list(range(10))
+    ((8, 8, 1), 1797, True)
+    """
+    from sklearn.datasets import load_digits as sklearn_digits
+
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}.")
+    bunch = sklearn_digits()
+    images = np.round(bunch.images * (255.0 / 16.0)).astype(np.uint8)[..., None]
+    labels = bunch.target.astype(np.int64)
+    rng = np.random.default_rng(seed)
+    train, test = [], []
+    for label in np.unique(labels):
+        index = rng.permutation(np.flatnonzero(labels == label))
+        cut = int(round(len(index) * (1.0 - test_fraction)))
+        train.append(index[:cut])
+        test.append(index[cut:])
+    train, test = np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
+    return (images[train], labels[train]), (images[test], labels[test])

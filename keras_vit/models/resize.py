@@ -1,0 +1,142 @@
+"""Change a trained model's resolution or head, carrying its weights over (paper Sec. 3.2).
+
+Fine-tuning at a higher resolution keeps the patch size, so the token grid grows; the learned
+position embeddings are then resized with the official 2-D interpolation
+(``keras_vit.resize_position_embedding``). Every other weight is independent of the resolution
+and is copied as it is. The model is rebuilt from its ``get_config`` and weights are copied layer
+by layer (by name), so this works for any model built from a config, plain ViT or hybrid.
+"""
+
+import numpy as np
+import scipy.ndimage
+
+from keras_vit.layers.position import (
+    AddPositionEmbedding,
+    AddPositionEmbedding2D,
+    resize_position_embedding,
+)
+
+
+def _square_size(image_size):
+    if isinstance(image_size, (tuple, list)):
+        if len(image_size) != 2:
+            raise ValueError(
+                f"image_size must be an int or a (height, width) pair, got {image_size!r}.")
+        height, width = (int(v) for v in image_size)
+    else:
+        height = width = int(image_size)
+    if height < 1 or width < 1:
+        raise ValueError(f"image_size must be positive, got {image_size!r}.")
+    return height, width
+
+
+def rebuild(model, skip=(), **config_changes):
+    """A new model from ``model``'s config with ``config_changes``, weights copied over.
+
+    Layers are matched by name. Position embeddings whose token count changed are resized with
+    ``resize_position_embedding``; layers named in ``skip`` (e.g. a replaced head) keep their fresh
+    initialisation; any other layer whose weight shapes changed is an error.
+    """
+    config = model.get_config()
+    unknown = sorted(set(config_changes) - set(config))
+    if unknown:
+        raise ValueError(f"{type(model).__name__} has no config entries {unknown}.")
+    config.update(config_changes)
+    new = type(model).from_config(config)
+    for layer in new.layers:
+        if layer.name in skip or not layer.weights:
+            continue
+        try:
+            old = model.get_layer(layer.name)
+        except ValueError:
+            continue
+        weights = old.get_weights()
+        if isinstance(layer, AddPositionEmbedding):
+            weights = [_resized_posemb(model, new, weights[0])]
+        elif isinstance(layer, AddPositionEmbedding2D):
+            weights = _resized_posemb_2d(layer.grid_size, weights)
+        shapes = [tuple(w.shape) for w in layer.weights]
+        if shapes != [tuple(w.shape) for w in weights]:
+            if "position" in type(layer).__name__.lower():
+                raise ValueError(
+                    f"Layer {layer.name!r} ({type(layer).__name__}) depends on the number of "
+                    "tokens and has no resize; only learned 1-D (official) and 2-D absolute "
+                    "position embeddings can be carried to another resolution."
+                )
+            raise ValueError(
+                f"Layer {layer.name!r} has weight shapes {shapes} after the change but "
+                f"{[tuple(w.shape) for w in weights]} before; it cannot be carried over."
+            )
+        layer.set_weights(weights)
+    return new
+
+
+def _resized_posemb(old_model, new_model, posemb):
+    old_rows, old_cols = old_model.grid_size
+    has_class_token = posemb.shape[1] - old_rows * old_cols == 1
+    return resize_position_embedding(posemb, new_model.grid_size, has_class_token)
+
+
+def _resize_table(table, length):
+    """Corner-aligned linear resampling of a (n, d) table to (length, d), as scipy zoom does."""
+    if table.shape[0] == length:
+        return table
+    zoomed = scipy.ndimage.zoom(table.astype(np.float64), (length / table.shape[0], 1), order=1)
+    return zoomed.astype(table.dtype)
+
+
+def _resized_posemb_2d(grid_size, weights):
+    """A 2-D embedding is ``concat(X[col], Y[row])``: its bilinear resize resamples each table."""
+    rows, cols = grid_size
+    return [_resize_table(weights[0], cols), _resize_table(weights[1], rows), *weights[2:]]
+
+
+def resize_model(model, image_size):
+    """The same model at another (square) resolution, all weights carried over.
+
+    The position embeddings are interpolated as the official fine-tuning code does (bilinear,
+    aligned corners, class-token row kept); works for plain and hybrid ViTs. A learned 2-D
+    embedding (Appendix D.4) has its X and Y tables resampled the same way, which is the same
+    bilinear resize of the table they form; relative position embeddings have no resize and are
+    refused. Fine-tuning after the resize is what the paper does (Sec. 3.2).
+
+    Args:
+        model: a keras_vit model (``VisionTransformer``, plain or hybrid).
+        image_size: the new side (int) or a square (height, width) pair; a multiple of
+            ``model.stride`` (the patch size, times the ResNet stride for a hybrid).
+
+    Example:
+    >>> import keras_vit
+    >>> model = keras_vit.VisionTransformer(image_size=28, patch_size=7, hidden_size=16,
+    ...     num_layers=1, num_heads=2, mlp_dim=32, num_classes=10, num_channels=1)
+    >>> bigger = resize_model(model, 56)
+    >>> bigger.image_size, bigger.grid_size
+    ((56, 56), (8, 8))
+    """
+    height, width = _square_size(image_size)
+    stride = int(getattr(model, "stride", 1))
+    if height != width:
+        raise ValueError(
+            f"Cannot resize to {height}x{width}: the official position-embedding resize only "
+            f"handles square grids. Use a square image size, e.g. {max(height, width)}."
+        )
+    old = tuple(getattr(model, "image_size", (height, width)))
+    if old[0] != old[1]:
+        raise ValueError(
+            f"The model's resolution {old[0]}x{old[1]} is not square; the official "
+            "position-embedding resize only handles square grids."
+        )
+    if height % stride:
+        lower = max(stride, height // stride * stride)
+        raise ValueError(
+            f"The resolution {height} is not a multiple of the model's stride {stride} (its patch "
+            f"size{' times the ResNet stride' if getattr(model, 'resnet', None) else ''}). "
+            f"Use a multiple of {stride}, e.g. {lower} or {lower + stride}."
+        )
+    if getattr(model, "position_embedding", None) == "relative" and (height, width) != old:
+        raise ValueError(
+            "This model uses relative position embeddings, whose tables are sized by the number "
+            "of tokens and have no official resize; resize_model supports learned 1-D and 2-D "
+            "absolute position embeddings (or none)."
+        )
+    return rebuild(model, image_size=[height, width])

@@ -1,0 +1,115 @@
+"""The folder a command-line run writes: model.keras, metrics.json, history.json, curves.png.
+
+``EpochLog`` keeps the per-epoch metrics in ``history.json`` keyed by epoch, so a run that is
+killed and resumed (``keras.callbacks.BackupAndRestore``) still ends with its whole history.
+"""
+
+import json
+import os
+import re
+import time
+
+import keras
+
+BACKUP = "backup"
+HISTORY = "history.json"
+METRICS = "metrics.json"
+MODEL = "model.keras"
+CURVES = "curves.png"
+
+
+def default_output(command, dataset, model_name, root="runs"):
+    """``runs/<command>-<dataset>-<model>``: the same command reuses (and resumes) its folder."""
+    slug = re.sub(r"[^A-Za-z0-9.+_-]+", "-", str(model_name)).strip("-")
+    return os.path.join(root, f"{command}-{dataset}-{slug}")
+
+
+def has_backup(run_dir):
+    """Whether an interrupted run left a ``BackupAndRestore`` checkpoint in ``run_dir``."""
+    folder = os.path.join(run_dir, BACKUP)
+    return os.path.isdir(folder) and any(name.endswith(".h5") for name in os.listdir(folder))
+
+
+def write_json(path, payload):
+    """Write JSON atomically (a kill never leaves half a file)."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(payload, f, indent=2, default=_jsonable)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def _jsonable(value):
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    return str(value)
+
+
+def read_history(run_dir):
+    """The per-epoch records of ``history.json`` (a list ordered by epoch), or []."""
+    path = os.path.join(run_dir, HISTORY)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return json.load(f)
+
+
+class EpochLog(keras.callbacks.Callback):
+    """Record every epoch's logs and duration into ``history.json``, keyed by epoch number.
+
+    Records at or after the epoch being written are replaced, so the epoch that was running when
+    a run was killed, and is redone after the restore, appears once.
+    """
+
+    def __init__(self, run_dir, keep_existing):
+        super().__init__()
+        os.makedirs(run_dir, exist_ok=True)
+        self.path = os.path.join(run_dir, HISTORY)
+        self.records = read_history(run_dir) if keep_existing else []
+        self.first_epoch = None
+        self._start = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self.first_epoch is None:
+            self.first_epoch = int(epoch)
+        self._start = time.time()
+
+    def on_epoch_end(self, epoch, logs=None):
+        record = {"epoch": int(epoch) + 1, "seconds": round(time.time() - self._start, 3)}
+        record.update({k: float(v) for k, v in (logs or {}).items()})
+        self.records = [r for r in self.records if r["epoch"] < record["epoch"]] + [record]
+        write_json(self.path, self.records)
+
+
+def plot_curves(history, path, title):
+    """Loss and accuracy per epoch (train and validation) as a PNG, with matplotlib's Agg canvas."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(9, 3.5))
+    FigureCanvasAgg(figure)
+    epochs = [r["epoch"] for r in history]
+    for i, metric in enumerate(("loss", "accuracy")):
+        axes = figure.add_subplot(1, 2, i + 1)
+        for prefix, label in (("", "train"), ("val_", "validation")):
+            values = [r.get(prefix + metric) for r in history]
+            if any(v is not None for v in values):
+                axes.plot(epochs, values, marker="o", label=label)
+        axes.set_xlabel("epoch")
+        axes.set_ylabel(metric)
+        axes.grid(alpha=0.3)
+        axes.legend()
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+
+
+def write_run(run_dir, *, model, metrics, history, title):
+    """Save ``model.keras``, ``metrics.json`` and (with a history) ``curves.png``."""
+    model.save(os.path.join(run_dir, MODEL))
+    if history:
+        plot_curves(history, os.path.join(run_dir, CURVES), title)
+    write_json(os.path.join(run_dir, METRICS), dict(metrics, history=history))

@@ -1,0 +1,154 @@
+import json
+import os
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+
+from keras_vit import cli
+from keras_vit.training import run_files
+from tests.conftest import fixture_path
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ["--train-examples", "256", "--test-examples", "64", "--batch-size", "64",
+        "--set", "patch_size=7", "--set", "hidden_size=16", "--set", "num_layers=1",
+        "--set", "num_heads=2", "--set", "mlp_dim=32", "--warmup-steps", "2", "--verbose", "0"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("run") / "train")
+    assert cli.main(["train", *TINY, "--epochs", "2", "--output", out]) == 0
+    return out
+
+
+def _metrics(folder):
+    with open(os.path.join(folder, "metrics.json")) as f:
+        return json.load(f)
+
+
+def test_train_writes_the_run_folder(trained, capsys):
+    for name in ("model.keras", "metrics.json", "history.json", "curves.png"):
+        assert os.path.getsize(os.path.join(trained, name)) > 0
+    metrics = _metrics(trained)
+    assert 0.0 <= metrics["test_accuracy"] <= 1.0 and metrics["wall_time_s"] > 0
+    assert metrics["config"]["dataset"] == "fashion_mnist" and metrics["config"]["epochs"] == 2
+    assert metrics["model_config"]["hidden_size"] == 16
+    assert metrics["epochs_completed"] == 2 and metrics["optimizer_iterations"] == 8
+    assert [r["epoch"] for r in metrics["history"]] == [1, 2]
+    assert not run_files.has_backup(trained)  # the backup is removed after a finished run
+    with open(os.path.join(trained, "curves.png"), "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_evaluate_a_saved_model(trained, tmp_path, capsys):
+    out = str(tmp_path / "eval")
+    assert cli.main(["evaluate", os.path.join(trained, "model.keras"), "--test-examples", "64",
+                     "--output", out, "--verbose", "0"]) == 0
+    assert "test accuracy" in capsys.readouterr().out
+    assert _metrics(out)["test_accuracy"] == pytest.approx(_metrics(trained)["test_accuracy"])
+
+
+def test_finetune_at_a_higher_resolution(trained, tmp_path):
+    out = str(tmp_path / "ft")
+    args = ["finetune", os.path.join(trained, "model.keras"), "--dataset", "digits",
+            "--image-size", "56", "--examples-per-class", "2", "--batch-size", "10",
+            "--steps", "4", "--eval-every", "2", "--warmup-steps", "1", "--test-examples", "50",
+            "--use-ema", "--output", out, "--verbose", "0"]
+    assert cli.main(args) == 0
+    model = keras.saving.load_model(os.path.join(out, "model.keras"), compile=False)
+    assert model.image_size == (56, 56) and model.num_classes == 10
+    assert _metrics(out)["steps"] == 4 and len(_metrics(out)["history"]) == 2
+
+
+def test_finetune_resolution_must_be_a_multiple_of_the_patch(trained, capsys):
+    args = ["finetune", os.path.join(trained, "model.keras"), "--image-size", "30",
+            "--steps", "2", "--eval-every", "1", "--verbose", "0", "--output", "unused"]
+    assert cli.main(args) == 1
+    assert "not a multiple of the model's stride 7" in capsys.readouterr().err
+
+
+def test_bad_inputs(tmp_path, capsys, monkeypatch):
+    out = ["--output", str(tmp_path / "bad")]
+    assert cli.main(["train", "--dataset", "mnist", *out]) == 1
+    assert "Unknown dataset 'mnist'" in capsys.readouterr().err
+    assert cli.main(["train", *TINY, "--image-size", "30", *out]) == 1
+    assert "not a multiple of the patch size (7)" in capsys.readouterr().err
+    assert cli.main(["train", *TINY, "--data-dir", str(tmp_path), *out]) == 1
+    assert "apt-get install dataset-fashion-mnist" in capsys.readouterr().err
+    assert cli.main(["train", *TINY, "--set", "hidden_size", *out]) == 1
+    assert "key=value" in capsys.readouterr().err
+    assert cli.main(["evaluate", str(tmp_path / "missing.keras"), *out]) == 1
+    assert "No model file" in capsys.readouterr().err
+    assert cli.main(["convert", "a.keras", "b.keras"]) == 1
+    assert "convert goes from .npz to .keras" in capsys.readouterr().err
+    from keras_vit.training import distribution
+
+    monkeypatch.setattr(distribution, "num_replicas", lambda: 3)
+    assert cli.main(["train", *TINY, *out]) == 1
+    assert "not divisible by the 3 replicas" in capsys.readouterr().err
+    assert not os.path.exists(out[1])  # a run that fails its checks leaves no folder behind
+
+
+def test_train_on_a_tfds_dataset_with_mock_data(tmp_path):
+    import tensorflow_datasets as tfds
+
+    out = str(tmp_path / "cifar")
+    with tfds.testing.mock_data(num_examples=16):
+        assert cli.main(["train", *TINY, "--dataset", "cifar10", "--image-size", "16",
+                         "--set", "patch_size=8", "--batch-size", "8", "--epochs", "2",
+                         "--output", out]) == 0
+    metrics = _metrics(out)
+    assert metrics["steps_per_epoch"] == 2 and metrics["model_config"]["num_channels"] == 3
+    assert metrics["config"]["dataset"] == "cifar10"
+    assert metrics["model_config"]["num_classes"] == 10
+
+
+def test_convert_round_trip(tmp_path, capsys):
+    source = fixture_path("vit_tiny_token_norep.npz")
+    keras_file, npz_file = str(tmp_path / "m.keras"), str(tmp_path / "m.npz")
+    assert cli.main(["convert", source, keras_file]) == 0
+    assert cli.main(["convert", keras_file, npz_file]) == 0
+    with np.load(source) as a, np.load(npz_file) as b:
+        assert sorted(a.files) == sorted(b.files)
+        for key in a.files:
+            np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_parsing_of_the_other_commands():
+    parser = cli.build_parser()
+    args = parser.parse_args(["fewshot", "m.keras", "--shots", "1", "5", "--seeds", "0"])
+    assert (args.dataset, args.shots, args.seeds, args.l2_reg) == ("digits", [1, 5], [0], 1024.0)
+    args = parser.parse_args(["pretrain-mpp", "--target", "color_3bit", "--epochs", "1"])
+    assert (args.target, args.corrupt_rate, args.dataset) == ("color_3bit", 0.5, "fashion_mnist")
+    assert cli.main([]) == 2
+
+
+def test_resume_after_kill(tmp_path):
+    out = str(tmp_path / "resume")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    command = [sys.executable, "-m", "keras_vit", "train", *TINY, "--epochs", "1000",
+               "--output", out]
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+    deadline = time.time() + 240
+    try:
+        while len(run_files.read_history(out)) < 3:
+            assert process.poll() is None, process.stderr.read().decode()[-2000:]
+            assert time.time() < deadline, "the run did not reach 3 epochs in time"
+            time.sleep(0.05)
+    finally:
+        process.kill()
+        process.wait()
+    assert run_files.has_backup(out)
+    done = len(run_files.read_history(out))
+    epochs = done + 2
+    assert cli.main(["train", *TINY, "--epochs", str(epochs), "--output", out]) == 0
+    metrics = _metrics(out)
+    assert metrics["resumed_from_epoch"] >= 2  # finished epochs were not redone
+    assert [r["epoch"] for r in metrics["history"]] == list(range(1, epochs + 1))
+    # the optimizer state came back too: its step count covers every epoch of both runs
+    assert metrics["optimizer_iterations"] == epochs * metrics["steps_per_epoch"]

@@ -1,0 +1,116 @@
+import math
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit import training
+from keras_vit.training import WarmupLinearDecay, warmup_schedule
+
+
+def official(step, base, total, warmup, decay, end=1e-5):
+    """vit_jax create_learning_rate_schedule, written out."""
+    progress = min(max((step - warmup) / (total - warmup), 0.0), 1.0)
+    if decay == "cosine":
+        lr = base * 0.5 * (1.0 + math.cos(math.pi * progress))
+    else:
+        lr = end + (base - end) * (1.0 - progress)
+    return lr * min(1.0, step / warmup) if warmup else lr
+
+
+@pytest.mark.parametrize("decay", ["cosine", "linear"])
+@pytest.mark.parametrize("warmup", [0, 50])
+def test_schedule_matches_official_formula(decay, warmup):
+    schedule = warmup_schedule(3e-2, total_steps=400, warmup_steps=warmup, decay=decay)
+    for step in (0, 1, 25, 49, 50, 51, 100, 225, 399, 400, 500):
+        got = float(keras.ops.convert_to_numpy(schedule(step)))
+        assert got == pytest.approx(official(step, 3e-2, 400, warmup, decay), rel=1e-5, abs=1e-9)
+
+
+def test_cosine_is_the_keras_builtin_and_linear_serialises():
+    assert isinstance(warmup_schedule(1.0, 10, 2), keras.optimizers.schedules.CosineDecay)
+    linear = warmup_schedule(1e-3, 100, 10, decay="linear", end_learning_rate=1e-6)
+    assert isinstance(linear, WarmupLinearDecay)
+    restored = keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(linear))
+    assert restored.get_config() == linear.get_config()
+    assert float(restored(60)) == pytest.approx(float(linear(60)))
+
+
+def test_schedule_bad_inputs():
+    with pytest.raises(ValueError, match="warmup_steps"):
+        warmup_schedule(1e-3, 100, 100)
+    with pytest.raises(ValueError, match="total_steps"):
+        warmup_schedule(1e-3, 0)
+    with pytest.raises(ValueError, match="Unknown decay"):
+        warmup_schedule(1e-3, 100, decay="step")
+
+
+def test_pretraining_optimizer_settings():
+    opt = training.pretraining_optimizer(1000, learning_rate=1e-3, warmup_steps=100)
+    assert isinstance(opt, keras.optimizers.AdamW)
+    assert (opt.beta_1, opt.beta_2, opt.epsilon) == (0.9, 0.999, 1e-8)
+    assert opt.weight_decay == 0.1 and opt.global_clipnorm == 1.0
+    assert isinstance(opt._learning_rate, WarmupLinearDecay)
+
+
+def test_weight_decay_is_decoupled_and_scaled_by_the_scheduled_lr():
+    # With a zero gradient Adam's step is 0, so only the decay acts: p -= lr_t * wd * p.
+    opt = training.pretraining_optimizer(10, learning_rate=0.5, warmup_steps=0, decay="linear",
+                                         end_learning_rate=0.5, weight_decay=0.1)
+    var = keras.Variable(np.full((3,), 2.0, "float32"))
+    opt.apply_gradients([(keras.ops.zeros((3,)), var)])
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(var), 2.0 - 0.5 * 0.1 * 2.0, rtol=1e-6)
+
+
+def test_finetuning_optimizer_settings():
+    opt = training.finetuning_optimizer(500, warmup_steps=10, use_ema=True, ema_momentum=0.99)
+    assert isinstance(opt, keras.optimizers.SGD)
+    assert opt.momentum == 0.9 and opt.global_clipnorm == 1.0 and not opt.nesterov
+    assert opt.weight_decay is None and opt.use_ema and opt.ema_momentum == 0.99
+    assert isinstance(opt._learning_rate, keras.optimizers.schedules.CosineDecay)
+
+
+def test_global_clipnorm_clips():
+    opt = training.finetuning_optimizer(10, learning_rate=1.0, warmup_steps=0, decay="linear")
+    opt = keras.optimizers.SGD(learning_rate=1.0, global_clipnorm=opt.global_clipnorm)
+    var = keras.Variable(np.zeros((2,), "float32"))
+    opt.apply_gradients([(keras.ops.convert_to_tensor(np.array([30.0, 40.0], "float32")), var)])
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(var), [-0.6, -0.8], rtol=1e-5)
+
+
+def test_label_smoothing_loss():
+    loss = training.classification_loss(0.1)
+    assert loss.label_smoothing == 0.1 and loss.from_logits
+
+
+def _tiny(**kwargs):
+    config = dict(image_size=16, patch_size=4, hidden_size=16, num_layers=1, num_heads=2,
+                  mlp_dim=32, num_classes=10, num_channels=1)
+    config.update(kwargs)
+    model = keras_vit.VisionTransformer(**config)
+    for v in model.weights:  # non-zero everything, the head included
+        v.assign(np.random.default_rng(len(v.path)).normal(size=v.shape).astype("float32"))
+    return model
+
+
+def test_prepare_finetuning_replaces_head_and_drops_pre_logits():
+    model = _tiny(representation_size=8, head_bias_init=-10.0)
+    tuned = training.prepare_finetuning(model, 5)
+    assert tuned.num_classes == 5 and tuned.representation_size is None
+    head = tuned.get_layer("head")
+    assert not np.any(head.get_weights()[0]) and not np.any(head.get_weights()[1])
+    for name in ("embedding", "cls", "posembed_input", "encoderblock_0", "encoder_norm"):
+        for a, b in zip(model.get_layer(name).get_weights(), tuned.get_layer(name).get_weights()):
+            np.testing.assert_array_equal(a, b)
+    kept = training.prepare_finetuning(model, 5, keep_pre_logits=True)
+    np.testing.assert_array_equal(kept.get_layer("pre_logits").get_weights()[0],
+                                  model.get_layer("pre_logits").get_weights()[0])
+
+
+def test_prepare_finetuning_at_a_new_resolution():
+    model = _tiny()
+    tuned = training.prepare_finetuning(model, 3, image_size=32)
+    assert tuned.image_size == (32, 32)
+    with pytest.raises(ValueError, match="not a multiple of the model's stride 4"):
+        training.prepare_finetuning(model, 3, image_size=30)
