@@ -61,7 +61,7 @@ def fit_digits(model, args, seed):
         optimizer=finetuning_optimizer(args.steps, learning_rate=args.learning_rate,
                                        warmup_steps=args.steps // 10),
         loss=classification_loss(), metrics=["accuracy"])
-    model.fit(train, epochs=1, steps_per_epoch=args.steps, verbose=0)
+    model.fit(train, epochs=1, steps_per_epoch=args.steps, shuffle=False, verbose=0)
     return float(model.evaluate(test, return_dict=True, verbose=0)["accuracy"])
 
 

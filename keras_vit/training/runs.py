@@ -182,7 +182,8 @@ def train(config):
     backup = keras.callbacks.BackupAndRestore(os.path.join(run_dir, run_files.BACKUP),
                                               double_checkpoint=True)
     callbacks = [log, backup]
-    model.fit(train_ds, epochs=epochs, validation_data=test_ds if config.get("validate", True)
+    model.fit(train_ds, epochs=epochs, shuffle=False,
+              validation_data=test_ds if config.get("validate", True)
               else None, callbacks=callbacks, verbose=config.get("verbose", "auto"))
     metrics = _evaluate(model, test_ds)
     history = log.records
@@ -232,6 +233,7 @@ def finetune(config):
                   metrics=["accuracy"])
     log = run_files.EpochLog(run_dir, keep_existing=False)
     model.fit(train_ds, epochs=steps // every, steps_per_epoch=every, validation_data=test_ds,
+              shuffle=False,
               callbacks=[log], verbose=config.get("verbose", "auto"))
     if optimizer.use_ema:
         # With jax, fit's final swap leaves the averages sharing buffers with the model weights,
@@ -325,7 +327,8 @@ def pretrain_mpp(config):
         warmup_steps=_warmup(config.get("warmup_steps"), steps_per_epoch, steps_per_epoch * epochs),
         decay=config.get("decay", "cosine"), weight_decay=float(config["weight_decay"])))
     log = run_files.EpochLog(run_dir, keep_existing=False)
-    model.fit(images, epochs=epochs, callbacks=[log], verbose=config.get("verbose", "auto"))
+    model.fit(images, epochs=epochs, shuffle=False, callbacks=[log],
+              verbose=config.get("verbose", "auto"))
     metrics = _summary(config, "pretrain-mpp", model.encoder, started, {
         "test_accuracy": None, "final_loss": log.records[-1].get("loss") if log.records else None,
         "train_time_s": round(sum(r["seconds"] for r in log.records), 2)})

@@ -21,7 +21,7 @@ def test_unit_range_and_eval_resize():
     np.testing.assert_allclose(out, (expected - 127.5) / 127.5, atol=1e-6)
 
 
-@pytest.mark.parametrize("augmentation", ["inception_crop", "resize_crop", "resize"])
+@pytest.mark.parametrize("augmentation", ["inception_crop", "resize_crop", "pad_crop", "resize"])
 def test_train_augmentations(augmentation):
     image = _images(1, 40, 3)[0]
     out = data.preprocess(image, image_size=32, training=True, augmentation=augmentation,
@@ -36,6 +36,16 @@ def test_resize_crop_is_a_crop_of_the_resized_image():
                           resize_size=32, flip=False).numpy()
     big = (tf.image.resize(image, (32, 32), antialias=False).numpy() - 127.5) / 127.5
     windows = [big[i:i + 28, j:j + 28] for i in range(5) for j in range(5)]
+    assert min(np.abs(w - out).max() for w in windows) < 1e-6
+
+
+def test_pad_crop_is_a_translation_with_zero_padding():
+    image = _images(1, 28)[0]
+    out = data.preprocess(image, image_size=28, training=True, augmentation="pad_crop",
+                          resize_size=32, flip=False).numpy()
+    padded = np.full((32, 32, 1), -1.0, "float32")
+    padded[2:30, 2:30] = (image.astype("float32") - 127.5) / 127.5
+    windows = [padded[i:i + 28, j:j + 28] for i in range(5) for j in range(5)]
     assert min(np.abs(w - out).max() for w in windows) < 1e-6
 
 
@@ -93,7 +103,7 @@ def test_pipeline_batches_and_labels():
     np.testing.assert_array_equal(labels, np.eye(10, dtype="float32"))
 
 
-@pytest.mark.parametrize("augmentation", ["inception_crop", "resize_crop", "resize"])
+@pytest.mark.parametrize("augmentation", ["inception_crop", "resize_crop", "pad_crop", "resize"])
 def test_pipeline_augmentations_keep_static_shapes(augmentation):
     ds = data.from_arrays(_images(4), np.arange(4))
     batches = data.pipeline(ds, batch_size=2, image_size=16, num_classes=4, training=True,
