@@ -10,6 +10,7 @@ processes sharing the CPU slow the wall time down; CPU time / cores is the unsha
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -45,6 +46,7 @@ def main(argv):
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     name = "default" if not extra else "-".join(a.strip("-").replace("/", "") for a in extra)[:80]
     output = os.path.join(ROOT, "runs", f"benchmark-{name}")
+    shutil.rmtree(output, ignore_errors=True)  # timed from scratch: never resume an old run
     result = run(extra, output)
     print(json.dumps(result, indent=2))
     verdict = "meets" if result["test_accuracy"] >= 0.90 and result["wall_time_s"] <= 600 else \

@@ -39,8 +39,9 @@ def _data_args(parser, dataset="fashion_mnist"):
 
 def _augmentation_args(group):
     group.add_argument("--augmentation", choices=AUGMENTATIONS,
-                       help="train crop (default resize_crop; inception_crop for tfds at a "
-                       "set size)")
+                       help="train crop (default: resize, i.e. flips only, for the offline "
+                       "datasets; inception_crop for tfds at a set size; resize_crop with "
+                       "BiT's rule)")
     group.add_argument("--resize-size", type=int, help="resize side before the random crop")
     group.add_argument("--no-flip", action="store_true", help="no random horizontal flip")
     group.add_argument("--mixup", type=float, default=0.0, help="mixup alpha (0: off)")
@@ -49,15 +50,16 @@ def _augmentation_args(group):
 def _model_args(parser):
     group = parser.add_argument_group("model")
     group.add_argument("--model", help="create_model name; default: a small ViT "
-                       "(ViT-Ti/4 with hidden_size=64, num_layers=4, num_heads=4, mlp_dim=128, "
-                       "the dataset's channels)")
+                       "(ViT-Ti/7 with hidden_size=64, num_layers=4, num_heads=4, mlp_dim=128, "
+                       "classifier=gap, the dataset's channels)")
     group.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                        help="override a model constructor argument (repeatable, JSON values)")
     group.add_argument("--dropout", type=float, help="dropout_rate")
     group.add_argument("--head-bias-init", type=float, help="constant head bias (paper: -10)")
 
 
-def _optimizer_args(parser, *, learning_rate, weight_decay=None, decay="cosine"):
+def _optimizer_args(parser, *, learning_rate, weight_decay=None, decay="cosine",
+                    label_smoothing=0.0):
     group = parser.add_argument_group("optimization")
     group.add_argument("--learning-rate", type=float, default=learning_rate)
     if weight_decay is not None:
@@ -66,7 +68,7 @@ def _optimizer_args(parser, *, learning_rate, weight_decay=None, decay="cosine")
     group.add_argument("--warmup-steps", type=int,
                        help="linear warmup steps (default: one epoch, at most 10%% of the run)")
     group.add_argument("--decay", choices=DECAYS, default=decay)
-    group.add_argument("--label-smoothing", type=float, default=0.0)
+    group.add_argument("--label-smoothing", type=float, default=label_smoothing)
     return group
 
 
@@ -85,8 +87,9 @@ def build_parser():
                                 "offline Fashion-MNIST)")
     _augmentation_args(_data_args(train))
     _model_args(train)
-    optimization = _optimizer_args(train, learning_rate=2e-3, weight_decay=0.05)
-    optimization.add_argument("--epochs", type=int, default=8)
+    optimization = _optimizer_args(train, learning_rate=3e-3, weight_decay=0.05,
+                                   label_smoothing=0.1)
+    optimization.add_argument("--epochs", type=int, default=10)
     optimization.add_argument("--clipnorm", type=float, default=1.0, help="global gradient norm")
     train.add_argument("--no-validate", dest="validate", action="store_false",
                        help="skip the per-epoch test-set evaluation")

@@ -37,6 +37,9 @@ def test_train_writes_the_run_folder(trained, capsys):
     assert 0.0 <= metrics["test_accuracy"] <= 1.0 and metrics["wall_time_s"] > 0
     assert metrics["config"]["dataset"] == "fashion_mnist" and metrics["config"]["epochs"] == 2
     assert metrics["model_config"]["hidden_size"] == 16
+    # the default model pools with GAP; the small offline images get flips but no crops
+    assert metrics["model_config"]["classifier"] == "gap"
+    assert metrics["augmentation"] == "resize" and metrics["config"]["label_smoothing"] == 0.1
     assert metrics["epochs_completed"] == 2 and metrics["optimizer_iterations"] == 8
     assert [r["epoch"] for r in metrics["history"]] == [1, 2]
     assert not run_files.has_backup(trained)  # the backup is removed after a finished run
@@ -104,6 +107,7 @@ def test_train_on_a_tfds_dataset_with_mock_data(tmp_path):
     metrics = _metrics(out)
     assert metrics["steps_per_epoch"] == 2 and metrics["model_config"]["num_channels"] == 3
     assert metrics["config"]["dataset"] == "cifar10"
+    assert metrics["augmentation"] == "inception_crop"  # tfds at a set size, as vit_jax
     assert metrics["model_config"]["num_classes"] == 10
 
 
@@ -125,6 +129,21 @@ def test_parsing_of_the_other_commands():
     args = parser.parse_args(["pretrain-mpp", "--target", "color_3bit", "--epochs", "1"])
     assert (args.target, args.corrupt_rate, args.dataset) == ("color_3bit", 0.5, "fashion_mnist")
     assert cli.main([]) == 2
+
+
+def test_resume_refuses_other_options(tmp_path, capsys):
+    out = str(tmp_path / "changed")
+    argv = ["train", *TINY, "--epochs", "2", "--output", out]
+    started = vars(cli.build_parser().parse_args(argv))
+    started.pop("command")
+    run_files.write_json(os.path.join(out, run_files.RUN_CONFIG),
+                         dict(started, learning_rate=0.1, epochs=5))
+    run_files.write_json(os.path.join(out, run_files.BACKUP, "latest.weights.h5"), {})
+    assert run_files.has_backup(out)
+    assert cli.main(argv) == 1
+    error = capsys.readouterr().err
+    assert "interrupted run started with other options (learning_rate: 0.1 -> 0.003)" in error
+    assert not os.path.exists(os.path.join(out, run_files.MODEL))  # nothing was trained
 
 
 def test_resume_after_kill(tmp_path):

@@ -16,6 +16,7 @@ HISTORY = "history.json"
 METRICS = "metrics.json"
 MODEL = "model.keras"
 CURVES = "curves.png"
+RUN_CONFIG = "run_config.json"
 
 
 def default_output(command, dataset, model_name, root="runs"):
@@ -28,6 +29,38 @@ def has_backup(run_dir):
     """Whether an interrupted run left a ``BackupAndRestore`` checkpoint in ``run_dir``."""
     folder = os.path.join(run_dir, BACKUP)
     return os.path.isdir(folder) and any(name.endswith(".h5") for name in os.listdir(folder))
+
+
+# Options a resumed run may change: output and validation do not change what is trained, and a
+# new --epochs stretches or shortens the schedule to the new total (train longer, or stop sooner).
+_RESUME_FREE = ("output", "verbose", "validate", "epochs")
+
+
+def check_resume(run_dir, config):
+    """Whether to resume an interrupted run in ``run_dir``; records ``config`` for later checks.
+
+    A run folder keeps the options it was started with (``run_config.json``). Resuming with other
+    options than ``_RESUME_FREE`` (another model, learning rate, batch size...) would silently mix
+    two runs, so that raises a ``ValueError`` that names the differences and the ways out.
+    """
+    path = os.path.join(run_dir, RUN_CONFIG)
+    wanted = json.loads(json.dumps(config, default=_jsonable))
+    if has_backup(run_dir) and os.path.exists(path):
+        with open(path) as f:
+            started = json.load(f)
+        changed = sorted(k for k in set(started) | set(wanted)
+                         if k not in _RESUME_FREE and started.get(k) != wanted.get(k))
+        if changed:
+            details = ", ".join(f"{k}: {started.get(k)!r} -> {wanted.get(k)!r}" for k in changed)
+            raise ValueError(
+                f"{run_dir} holds an interrupted run started with other options ({details}). "
+                "Run the same command again to resume it, pass another --output, or delete "
+                f"{os.path.join(run_dir, BACKUP)} to start afresh.")
+        if started.get("epochs") != wanted.get("epochs"):
+            print(f"Resuming with {wanted.get('epochs')} epochs instead of {started.get('epochs')}:"
+                  " the learning-rate schedule now ends at the new total.")
+    write_json(path, wanted)
+    return has_backup(run_dir)
 
 
 def write_json(path, payload):
