@@ -135,8 +135,8 @@ def _warmup(value, steps_per_epoch, total_steps):
 
 def _default_augmentation(info, resize_size):
     """vit_jax's Inception crop for tfds data at a chosen size, BiT's resize + crop with BiT's
-    resolution rule, and only flips for the small offline images: on 28x28 Fashion-MNIST a short
-    run loses more from slower learning than it gains from crops (measured, docs/training.md)."""
+    resolution rule, and only flips for the small offline images (``--augmentation`` overrides):
+    crops of a 28x28 image slow the learning of a run of a few epochs down."""
     if info.source == "offline":
         return "resize"
     return "inception_crop" if resize_size is None else "resize_crop"
