@@ -23,8 +23,8 @@ from keras_vit.training.recipes import (
 )
 
 # The default of ``keras-vit train``: a small ViT for 28x28 Fashion-MNIST, 7x7 patches (a 4x4
-# grid), global average pooling. Chosen by measurement on a 2-core CPU (docs/training.md,
-# benchmarks/accuracy.py): 4x4 patches cost 3.4x more per epoch and learn no faster per epoch.
+# grid), global average pooling, sized for a 10-minute run on a 2-core CPU (docs/training.md,
+# benchmarks/accuracy.py): 4x4 patches (49 tokens) cost about 3x as much per epoch under jax.
 DEFAULT_MODEL = "ViT-Ti/7"
 DEFAULT_OVERRIDES = {"hidden_size": 64, "num_layers": 4, "num_heads": 4, "mlp_dim": 128,
                      "classifier": "gap"}
