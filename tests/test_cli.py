@@ -122,6 +122,16 @@ def test_convert_round_trip(tmp_path, capsys):
             np.testing.assert_array_equal(a[key], b[key])
 
 
+def test_pretrain_mpp_runs_whole_epochs(tmp_path, capsys):
+    out = str(tmp_path / "mpp")
+    assert cli.main(["pretrain-mpp", *TINY, "--epochs", "2", "--output", out]) == 0
+    metrics = _metrics(out)
+    assert [r["epoch"] for r in metrics["history"]] == [1, 2]
+    assert np.isfinite(metrics["final_loss"]) and metrics["final_loss"] > 0
+    assert cli.main(["pretrain-mpp", *TINY, "--batch-size", "512", "--output", out]) == 1
+    assert "batch_size 512 is larger than the training set" in capsys.readouterr().err
+
+
 def test_parsing_of_the_other_commands():
     parser = cli.build_parser()
     args = parser.parse_args(["fewshot", "m.keras", "--shots", "1", "5", "--seeds", "0"])

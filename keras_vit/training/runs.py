@@ -127,6 +127,15 @@ def _summary(config, command, model, started, extra):
     return metrics
 
 
+def _steps_per_epoch(examples, batch_size):
+    """Full batches in one pass over ``examples`` (the epoch length of an endless pipeline)."""
+    steps = _count(examples) // batch_size
+    if steps < 1:
+        raise ValueError(f"batch_size {batch_size} is larger than the training set; use a smaller "
+                         "--batch-size or more --train-examples.")
+    return steps
+
+
 def _warmup(value, steps_per_epoch, total_steps):
     if value is None:
         value = min(steps_per_epoch, total_steps // 10)
@@ -158,10 +167,7 @@ def train(config):
     data.check_batch_size(batch_size)
     examples = data.load_examples(info.name, "train", data_dir=config.get("data_dir"),
                                   max_examples=config.get("train_examples"), shuffle_files=True)
-    steps_per_epoch = _count(examples) // batch_size
-    if steps_per_epoch < 1:
-        raise ValueError(f"batch_size {batch_size} is larger than the training set; use a smaller "
-                         "--batch-size or more --train-examples.")
+    steps_per_epoch = _steps_per_epoch(examples, batch_size)
     epochs = int(config["epochs"])
     total_steps = steps_per_epoch * epochs
     augmentation = config.get("augmentation") or _default_augmentation(info, resize_size)
@@ -327,12 +333,13 @@ def pretrain_mpp(config):
     data.check_batch_size(batch_size)
     examples = data.load_examples(info.name, "train", data_dir=config.get("data_dir"),
                                   max_examples=config.get("train_examples"), shuffle_files=True)
-    steps_per_epoch = _count(examples) // batch_size
+    steps_per_epoch = _steps_per_epoch(examples, batch_size)
     epochs = int(config["epochs"])
     images = data.pipeline(
         examples, batch_size=batch_size, image_size=image_size, num_classes=info.num_classes,
         training=True, augmentation=config.get("augmentation") or "resize_crop",
-        resize_size=resize_size, channels=_channels(encoder), seed=int(config.get("seed", 0)),
+        resize_size=resize_size, channels=_channels(encoder), repeat=True,
+        seed=int(config.get("seed", 0)),
     ).map(lambda x, y: x)
     model = MaskedPatchPrediction(encoder, target=config["target"],
                                   corrupt_rate=float(config["corrupt_rate"]))
@@ -341,7 +348,9 @@ def pretrain_mpp(config):
         warmup_steps=_warmup(config.get("warmup_steps"), steps_per_epoch, steps_per_epoch * epochs),
         decay=config.get("decay", "cosine"), weight_decay=float(config["weight_decay"])))
     log = run_files.EpochLog(run_dir, keep_existing=False)
-    model.fit(images, epochs=epochs, shuffle=False, callbacks=[log],
+    # one endless iterator, as in ``train`` (a new one each epoch slows long jax runs down)
+    model.fit(images, epochs=epochs, steps_per_epoch=steps_per_epoch, shuffle=False,
+              callbacks=[log],
               verbose=config.get("verbose", "auto"))
     metrics = _summary(config, "pretrain-mpp", model.encoder, started, {
         "test_accuracy": None, "final_loss": log.records[-1].get("loss") if log.records else None,
