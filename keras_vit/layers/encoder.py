@@ -66,7 +66,6 @@ class MlpBlock(keras.layers.Layer):
             mlp_dim=self.mlp_dim,
             dropout_rate=self.dropout_rate,
             approximate_gelu=self.approximate_gelu,
-            relative_position=self.relative_position,
         )
         return config
 
