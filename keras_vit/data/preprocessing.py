@@ -16,7 +16,8 @@ augmentation); it is not part of the official recipes.
 
 import tensorflow as tf
 
-TRAIN_AUGMENTATIONS = ("inception_crop", "resize_crop", "pad_crop", "resize")
+CROPS = ("inception_crop", "resize_crop", "pad_crop")
+TRAIN_AUGMENTATIONS = (*CROPS, "resize")
 
 
 def to_unit_range(images):
@@ -87,9 +88,18 @@ def convert_channels(image, channels):
     raise ValueError(f"Cannot convert images with {have} channels to {channels} channels.")
 
 
+def crops(training, augmentation):
+    """Whether ``preprocess`` draws a random crop: then it takes one image at a time; otherwise
+    it also takes a whole batch (N, H, W, C), which the pipelines use because it is cheaper."""
+    return bool(training) and augmentation in CROPS
+
+
 def preprocess(image, *, image_size, training, augmentation="inception_crop", resize_size=None,
                flip=True, channels=None, seed=None):
     """One uint8 (H, W, C) image -> float32 (image_size, image_size, channels) in [-1, 1].
+
+    Without a random crop (eval, or ``augmentation="resize"``) a batch (N, H, W, C) works too,
+    each image flipped independently.
 
     Args:
         image_size: output side (the crop size).
@@ -115,6 +125,9 @@ def preprocess(image, *, image_size, training, augmentation="inception_crop", re
     image = tf.convert_to_tensor(image)
     if image.shape.rank == 2:
         image = image[..., None]
+    if image.shape.rank == 4 and crops(training, augmentation):
+        raise ValueError(f"The {augmentation!r} crop takes one (H, W, C) image at a time, got a "
+                         f"batch of shape {image.shape}; map preprocess over the examples.")
     if training and augmentation == "inception_crop":
         image = inception_crop(image, image_size, seed=seed)
     elif training and augmentation in ("resize_crop", "pad_crop"):
@@ -126,7 +139,7 @@ def preprocess(image, *, image_size, training, augmentation="inception_crop", re
             )
         crop = resize_random_crop if augmentation == "resize_crop" else pad_random_crop
         image = crop(image, resize_size, image_size, seed=seed)
-    elif image.shape[0] != image_size or image.shape[1] != image_size:
+    elif image.shape[-3] != image_size or image.shape[-2] != image_size:
         image = resize(image, image_size)
     if training and flip:
         image = tf.image.random_flip_left_right(image, seed=seed)

@@ -59,6 +59,32 @@ def test_flip_is_random_and_left_right():
     assert kinds == {0, 1}
 
 
+def test_batch_preprocessing_matches_one_image_at_a_time():
+    images = _images(6, 28)
+    batch = data.preprocess(images, image_size=16, training=False, channels=3).numpy()
+    single = [data.preprocess(im, image_size=16, training=False, channels=3).numpy()
+              for im in images]
+    np.testing.assert_allclose(batch, np.stack(single), atol=1e-6)
+    # flips are drawn per image, not once per batch
+    same = np.repeat(images[:1], 32, axis=0)
+    out = data.preprocess(same, image_size=28, training=True, augmentation="resize").numpy()
+    plain = (same[0].astype("float32") - 127.5) / 127.5
+    flipped = [bool(np.allclose(o, plain[:, ::-1])) for o in out]
+    assert all(f or np.allclose(o, plain) for f, o in zip(flipped, out)) and 0 < sum(flipped) < 32
+    with pytest.raises(ValueError, match="one \\(H, W, C\\) image at a time"):
+        data.preprocess(images, image_size=28, training=True, augmentation="pad_crop")
+
+
+def test_pipeline_eval_batches_equal_the_preprocessed_images():
+    images = _images(5, 28)
+    ds = data.from_arrays(images, np.arange(5))
+    x = np.concatenate([x.numpy() for x, _ in data.pipeline(
+        ds, batch_size=2, image_size=16, num_classes=5, training=False, channels=3)])
+    expected = [data.preprocess(im, image_size=16, training=False, channels=3).numpy()
+                for im in images]
+    np.testing.assert_allclose(x, np.stack(expected), atol=1e-6)
+
+
 def test_bad_augmentation_and_resize():
     with pytest.raises(ValueError, match="Unknown augmentation"):
         data.preprocess(_images(1)[0], image_size=28, training=True, augmentation="cutout")
