@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.data import offline
-from keras_vit.data.preprocessing import bit_resolution, crops, mixup, preprocess
+from keras_vit.data.preprocessing import bit_resolution, mixup, per_image, preprocess
 from keras_vit.training.distribution import check_batch_size
 
 
@@ -184,11 +184,11 @@ def pipeline(examples, *, batch_size, image_size, num_classes, training, augment
         return image, tf.one_hot(label, num_classes, dtype=tf.float32)
 
     same_size = examples.element_spec[0].shape.is_fully_defined()
-    if crops(training, augmentation) or not same_size:  # per image: map, then batch
+    if per_image(training, augmentation) or not same_size:  # per image: map, then batch
         dataset = examples.map(prepare, num_parallel_calls=tf.data.AUTOTUNE,
                                deterministic=not training)
         dataset = dataset.batch(batch_size, drop_remainder=training)
-    else:  # equal-sized images, no crop: resize / flip / scale whole batches (far fewer ops)
+    else:  # equal-sized images: resize / crop / flip / scale whole batches (far fewer ops)
         dataset = examples.batch(batch_size, drop_remainder=training)
         dataset = dataset.map(prepare, num_parallel_calls=tf.data.AUTOTUNE,
                               deterministic=not training)

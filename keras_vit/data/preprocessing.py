@@ -18,6 +18,7 @@ import tensorflow as tf
 
 CROPS = ("inception_crop", "resize_crop", "pad_crop")
 TRAIN_AUGMENTATIONS = (*CROPS, "resize")
+PER_IMAGE = ("inception_crop",)  # crops of a size drawn per image: no batch form
 
 
 def to_unit_range(images):
@@ -61,19 +62,31 @@ def inception_crop(image, size, area_range=(0.05, 1.0), seed=None):
     return resize(crop, size)
 
 
+def random_crop(image, size, seed=None):
+    """A random ``size`` x ``size`` window of one (H, W, C) image, or of each image of a batch
+    (N, H, W, C) at its own offset."""
+    if image.shape.rank == 3:
+        return tf.image.random_crop(image, (size, size, tf.shape(image)[-1]), seed=seed)
+    shape = tf.shape(image)
+    offsets = [tf.random.uniform((shape[0], 1), 0, shape[axis] - size + 1, tf.int32, seed=seed)
+               for axis in (1, 2)]
+    rows, columns = (offset + tf.range(size)[None] for offset in offsets)
+    image = tf.gather(image, rows, axis=1, batch_dims=1)  # (N, size, W, C)
+    return tf.gather(image, columns, axis=2, batch_dims=1)  # (N, size, size, C)
+
+
 def resize_random_crop(image, resize_size, size, seed=None):
     """A square resize to ``resize_size`` then a random ``size`` x ``size`` crop (BiT train)."""
-    image = resize(image, resize_size)
-    return tf.image.random_crop(image, (size, size, tf.shape(image)[-1]), seed=seed)
+    return random_crop(resize(image, resize_size), size, seed=seed)
 
 
 def pad_random_crop(image, padded_size, size, seed=None):
     """Resize to ``size`` if needed, zero-pad (centred) to ``padded_size``, random-crop ``size``."""
-    if image.shape[0] != size or image.shape[1] != size:
+    if image.shape[-3] != size or image.shape[-2] != size:
         image = resize(image, size)
     offset = (padded_size - size) // 2
     image = tf.image.pad_to_bounding_box(image, offset, offset, padded_size, padded_size)
-    return tf.image.random_crop(image, (size, size, tf.shape(image)[-1]), seed=seed)
+    return random_crop(image, size, seed=seed)
 
 
 def convert_channels(image, channels):
@@ -88,18 +101,19 @@ def convert_channels(image, channels):
     raise ValueError(f"Cannot convert images with {have} channels to {channels} channels.")
 
 
-def crops(training, augmentation):
-    """Whether ``preprocess`` draws a random crop: then it takes one image at a time; otherwise
-    it also takes a whole batch (N, H, W, C), which the pipelines use because it is cheaper."""
-    return bool(training) and augmentation in CROPS
+def per_image(training, augmentation):
+    """Whether ``preprocess`` takes only one image at a time (the Inception crop, whose size is
+    drawn per image); otherwise it also takes a whole batch (N, H, W, C) of equal-sized images,
+    which the pipelines use because it is cheaper."""
+    return bool(training) and augmentation in PER_IMAGE
 
 
 def preprocess(image, *, image_size, training, augmentation="inception_crop", resize_size=None,
                flip=True, channels=None, seed=None):
     """One uint8 (H, W, C) image -> float32 (image_size, image_size, channels) in [-1, 1].
 
-    Without a random crop (eval, or ``augmentation="resize"``) a batch (N, H, W, C) works too,
-    each image flipped independently.
+    Except for the Inception crop, a batch (N, H, W, C) works too, each image cropped and flipped
+    independently.
 
     Args:
         image_size: output side (the crop size).
@@ -125,7 +139,7 @@ def preprocess(image, *, image_size, training, augmentation="inception_crop", re
     image = tf.convert_to_tensor(image)
     if image.shape.rank == 2:
         image = image[..., None]
-    if image.shape.rank == 4 and crops(training, augmentation):
+    if image.shape.rank == 4 and per_image(training, augmentation):
         raise ValueError(f"The {augmentation!r} crop takes one (H, W, C) image at a time, got a "
                          f"batch of shape {image.shape}; map preprocess over the examples.")
     if training and augmentation == "inception_crop":

@@ -72,7 +72,24 @@ def test_batch_preprocessing_matches_one_image_at_a_time():
     flipped = [bool(np.allclose(o, plain[:, ::-1])) for o in out]
     assert all(f or np.allclose(o, plain) for f, o in zip(flipped, out)) and 0 < sum(flipped) < 32
     with pytest.raises(ValueError, match="one \\(H, W, C\\) image at a time"):
-        data.preprocess(images, image_size=28, training=True, augmentation="pad_crop")
+        data.preprocess(images, image_size=28, training=True, augmentation="inception_crop")
+
+
+@pytest.mark.parametrize("augmentation", ["pad_crop", "resize_crop"])
+def test_batch_crops_are_windows_drawn_per_image(augmentation):
+    images = np.repeat(_images(1, 28), 64, axis=0)
+    out = data.preprocess(images, image_size=28, training=True, augmentation=augmentation,
+                          resize_size=32, flip=False).numpy()
+    assert out.shape == (64, 28, 28, 1)
+    if augmentation == "pad_crop":
+        big = np.full((32, 32, 1), -1.0, "float32")
+        big[2:30, 2:30] = (images[0].astype("float32") - 127.5) / 127.5
+    else:
+        big = (tf.image.resize(images[0], (32, 32), antialias=False).numpy() - 127.5) / 127.5
+    windows = np.stack([big[i:i + 28, j:j + 28] for i in range(5) for j in range(5)])
+    errors = np.abs(out[:, None] - windows[None]).max(axis=(2, 3, 4))  # (image, window)
+    assert errors.min(axis=1).max() < 1e-6  # every output is one of the 25 windows
+    assert len(set(errors.argmin(axis=1).tolist())) > 10  # offsets are drawn per image
 
 
 def test_pipeline_eval_batches_equal_the_preprocessed_images():
