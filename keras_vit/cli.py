@@ -23,14 +23,14 @@ DECAYS = ("cosine", "linear")
 AUGMENTATIONS = ("inception_crop", "resize_crop", "pad_crop", "resize")
 
 
-def _data_args(parser, dataset="fashion_mnist"):
+def _data_args(parser, dataset="fashion_mnist", batch_size=128):
     group = parser.add_argument_group("data")
     group.add_argument("--dataset", default=dataset,
                        help=f"dataset name (default {dataset}); see keras_vit.data.DATASETS")
     group.add_argument("--data-dir", help="Fashion-MNIST folder or tensorflow-datasets data_dir")
     group.add_argument("--image-size", type=int,
                        help="model resolution (default: the dataset's own, BiT rule for tfds)")
-    group.add_argument("--batch-size", type=int, default=128, help="global batch size")
+    group.add_argument("--batch-size", type=int, default=batch_size, help="global batch size")
     group.add_argument("--train-examples", type=int, help="use only the first N training examples")
     group.add_argument("--test-examples", type=int, help="use only the first N test examples")
     group.add_argument("--seed", type=int, default=0)
@@ -39,10 +39,11 @@ def _data_args(parser, dataset="fashion_mnist"):
 
 def _augmentation_args(group):
     group.add_argument("--augmentation", choices=AUGMENTATIONS,
-                       help="train crop (default: resize, i.e. flips only, for the offline "
-                       "datasets; inception_crop for tfds at a set size; resize_crop with "
-                       "BiT's rule)")
-    group.add_argument("--resize-size", type=int, help="resize side before the random crop")
+                       help="train crop (default: pad_crop by 1 px, i.e. shifts of at most 1 px, "
+                       "for the offline datasets; inception_crop for tfds at a set size; "
+                       "resize_crop with BiT's rule)")
+    group.add_argument("--resize-size", type=int, help="side before the random crop (default: "
+                       "image size + 2 for the offline datasets, BiT's rule for tfds)")
     group.add_argument("--no-flip", action="store_true", help="no random horizontal flip")
     group.add_argument("--mixup", type=float, default=0.0, help="mixup alpha (0: off)")
 
@@ -50,7 +51,7 @@ def _augmentation_args(group):
 def _model_args(parser):
     group = parser.add_argument_group("model")
     group.add_argument("--model", help="create_model name; default: a small ViT "
-                       "(ViT-Ti/7 with hidden_size=64, num_layers=4, num_heads=4, mlp_dim=128, "
+                       "(ViT-Ti/7 with hidden_size=64, num_layers=4, num_heads=4, mlp_dim=256, "
                        "classifier=gap, the dataset's channels)")
     group.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                        help="override a model constructor argument (repeatable, JSON values)")
@@ -85,14 +86,17 @@ def build_parser():
 
     train = commands.add_parser("train", help="train from scratch (default: small ViT, "
                                 "offline Fashion-MNIST)")
-    _augmentation_args(_data_args(train))
+    _augmentation_args(_data_args(train, batch_size=256))
     _model_args(train)
-    optimization = _optimizer_args(train, learning_rate=3e-3, weight_decay=0.05,
+    optimization = _optimizer_args(train, learning_rate=4e-3, weight_decay=0.05,
                                    label_smoothing=0.1)
-    optimization.add_argument("--epochs", type=int, default=10)
+    optimization.add_argument("--epochs", type=int, default=19)
     optimization.add_argument("--clipnorm", type=float, default=1.0, help="global gradient norm")
     train.add_argument("--no-validate", dest="validate", action="store_false",
-                       help="skip the per-epoch test-set evaluation")
+                       help="skip the test-set evaluations during training")
+    train.add_argument("--validate-every", type=int, default=4, metavar="N",
+                       help="evaluate on the test set every N epochs and after the last one "
+                       "(the points of the test curves)")
     _output_args(train)
 
     finetune = commands.add_parser("finetune", help="fine-tune a saved model (SGD, new head, "

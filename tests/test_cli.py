@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from keras_vit import cli
-from keras_vit.training import run_files
+from keras_vit.training import run_files, runs
 from tests.conftest import fixture_path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,11 +37,14 @@ def test_train_writes_the_run_folder(trained, capsys):
     assert 0.0 <= metrics["test_accuracy"] <= 1.0 and metrics["wall_time_s"] > 0
     assert metrics["config"]["dataset"] == "fashion_mnist" and metrics["config"]["epochs"] == 2
     assert metrics["model_config"]["hidden_size"] == 16
-    # the default model pools with GAP; the small offline images get flips but no crops
+    # the default model pools with GAP; the small offline images get flips and 1-pixel shifts
     assert metrics["model_config"]["classifier"] == "gap"
-    assert metrics["augmentation"] == "resize" and metrics["config"]["label_smoothing"] == 0.1
+    assert metrics["augmentation"] == "pad_crop" and metrics["resize_size"] == 30
+    assert metrics["config"]["label_smoothing"] == 0.1
     assert metrics["epochs_completed"] == 2 and metrics["optimizer_iterations"] == 8
     assert [r["epoch"] for r in metrics["history"]] == [1, 2]
+    # the test set is evaluated every 4 epochs and after the last one
+    assert ["val_accuracy" in r for r in metrics["history"]] == [False, True]
     assert not run_files.has_backup(trained)  # the backup is removed after a finished run
     with open(os.path.join(trained, "curves.png"), "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
@@ -132,6 +135,22 @@ def test_pretrain_mpp_runs_whole_epochs(tmp_path, capsys):
     assert "batch_size 512 is larger than the training set" in capsys.readouterr().err
 
 
+def test_train_defaults_are_the_measured_recipe():
+    # docs/training.md measures exactly this run: change both together
+    args = cli.build_parser().parse_args(["train"])
+    assert (args.dataset, args.batch_size, args.epochs) == ("fashion_mnist", 256, 19)
+    assert (args.learning_rate, args.weight_decay, args.label_smoothing) == (4e-3, 0.05, 0.1)
+    assert (args.augmentation, args.resize_size, args.model, args.set) == (None, None, None, [])
+    name, overrides = runs.model_spec(vars(args), channels=1)
+    assert name == "ViT-Ti/7" and overrides == dict(
+        hidden_size=64, num_layers=4, num_heads=4, mlp_dim=256, classifier="gap", num_channels=1)
+
+
+def test_validate_every_must_be_positive(tmp_path, capsys):
+    assert cli.main(["train", *TINY, "--validate-every", "0", "--output", str(tmp_path)]) == 1
+    assert "--validate-every must be at least 1, got 0" in capsys.readouterr().err
+
+
 def test_parsing_of_the_other_commands():
     parser = cli.build_parser()
     args = parser.parse_args(["fewshot", "m.keras", "--shots", "1", "5", "--seeds", "0"])
@@ -152,7 +171,7 @@ def test_resume_refuses_other_options(tmp_path, capsys):
     assert run_files.has_backup(out)
     assert cli.main(argv) == 1
     error = capsys.readouterr().err
-    assert "interrupted run started with other options (learning_rate: 0.1 -> 0.003)" in error
+    assert "interrupted run started with other options (learning_rate: 0.1 -> 0.004)" in error
     assert not os.path.exists(os.path.join(out, run_files.MODEL))  # nothing was trained
 
 

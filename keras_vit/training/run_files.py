@@ -33,7 +33,7 @@ def has_backup(run_dir):
 
 # Options a resumed run may change: output and validation do not change what is trained, and a
 # new --epochs stretches or shortens the schedule to the new total (train longer, or stop sooner).
-_RESUME_FREE = ("output", "verbose", "validate", "epochs")
+_RESUME_FREE = ("output", "verbose", "validate", "validate_every", "epochs")
 
 
 def check_resume(run_dir, config):
@@ -128,9 +128,10 @@ def plot_curves(history, path, title):
     for i, metric in enumerate(("loss", "accuracy")):
         axes = figure.add_subplot(1, 2, i + 1)
         for prefix, label in (("", "train"), ("val_", "validation")):
-            values = [r.get(prefix + metric) for r in history]
-            if any(v is not None for v in values):
-                axes.plot(epochs, values, marker="o", label=label)
+            points = [(e, r[prefix + metric]) for e, r in zip(epochs, history)
+                      if r.get(prefix + metric) is not None]  # validation may skip epochs
+            if points:
+                axes.plot(*zip(*points), marker="o", label=label)
         axes.set_xlabel("epoch")
         axes.set_ylabel(metric)
         axes.grid(alpha=0.3)
