@@ -146,6 +146,12 @@ def test_train_defaults_are_the_measured_recipe():
         hidden_size=64, num_layers=4, num_heads=4, mlp_dim=256, classifier="gap", num_channels=1)
 
 
+def test_validation_epochs_are_every_nth_and_the_last():
+    assert runs._validation_epochs(19, 4) == [4, 8, 12, 16, 19]
+    assert runs._validation_epochs(8, 4) == [4, 8]
+    assert runs._validation_epochs(3, 1) == [1, 2, 3]
+
+
 def test_validate_every_must_be_positive(tmp_path, capsys):
     assert cli.main(["train", *TINY, "--validate-every", "0", "--output", str(tmp_path)]) == 1
     assert "--validate-every must be at least 1, got 0" in capsys.readouterr().err

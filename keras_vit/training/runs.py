@@ -153,6 +153,16 @@ def _default_augmentation(info, image_size, resize_size):
     return ("inception_crop" if resize_size is None else "resize_crop"), resize_size
 
 
+def _validation_epochs(epochs, every):
+    """The 1-based epochs after which ``train`` evaluates the test set: every ``every``-th and
+    the last.
+
+    >>> _validation_epochs(19, 4), _validation_epochs(2, 4)
+    ([4, 8, 12, 16, 19], [2])
+    """
+    return sorted({*range(every, epochs + 1, every), epochs})
+
+
 def train(config):
     """Train a model from scratch (pre-training recipe: AdamW, warmup + decay, clipping).
 
@@ -210,11 +220,9 @@ def train(config):
     # One endless iterator with a fixed epoch length: re-creating the tf.data iterator every epoch
     # doubled the step time of the default jax run on a 2-core CPU (from epoch 3: 170-184 against
     # 100-107 ms/step; epochs 3-7 took 78-86 s against 47-50 s).
-    # every N-th epoch and the last one (1-based)
-    validation_epochs = sorted({*range(validate_every, epochs + 1, validate_every), epochs})
     model.fit(train_ds, epochs=epochs, steps_per_epoch=steps_per_epoch, shuffle=False,
               validation_data=test_ds if config.get("validate", True) else None,
-              validation_freq=validation_epochs, callbacks=callbacks,
+              validation_freq=_validation_epochs(epochs, validate_every), callbacks=callbacks,
               verbose=config.get("verbose", "auto"))
     metrics = _evaluate(model, test_ds)
     history = log.records
