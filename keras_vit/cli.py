@@ -51,7 +51,7 @@ def _augmentation_args(group):
 def _model_args(parser):
     group = parser.add_argument_group("model")
     group.add_argument("--model", help="create_model name; default: a small ViT "
-                       "(ViT-Ti/7 with hidden_size=64, num_layers=4, num_heads=4, mlp_dim=256, "
+                       "(ViT-Ti/7 with hidden_size=64, num_layers=3, num_heads=4, mlp_dim=256, "
                        "classifier=gap, the dataset's channels)")
     group.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                        help="override a model constructor argument (repeatable, JSON values)")
@@ -90,7 +90,7 @@ def build_parser():
     _model_args(train)
     optimization = _optimizer_args(train, learning_rate=4e-3, weight_decay=0.05,
                                    label_smoothing=0.1)
-    optimization.add_argument("--epochs", type=int, default=19)
+    optimization.add_argument("--epochs", type=int, default=23)
     optimization.add_argument("--clipnorm", type=float, default=1.0, help="global gradient norm")
     train.add_argument("--no-validate", dest="validate", action="store_false",
                        help="skip the test-set evaluations during training")
