@@ -16,7 +16,7 @@ from keras_vit.layers.resnet import (
     root_width,
     stage_strides,
 )
-from keras_vit.models.vit import _check_positive, _image_shape
+from keras_vit.models.vit import _check_positive, _image_shape, float32_output_dtype
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -81,10 +81,12 @@ class ResNetV2(keras.Model):
                 num_classes,
                 kernel_initializer=head_kernel_initializer,
                 bias_initializer=keras.initializers.Constant(head_bias_init),
-                dtype=dtype,
+                dtype=float32_output_dtype(dtype),
                 name="head",
             )(x)
         super().__init__(inputs=inputs, outputs=x, name=name, **kwargs)
+        if dtype is not None:  # a functional Model ignores the dtype argument
+            self.dtype_policy = dtype
 
         self.block_units = block_units
         self.width_factor = plain_number(width_factor)

@@ -279,7 +279,9 @@ class VisionTransformer(keras.Model):
         )
         self.head_bias_init = float(head_bias_init)
         self.num_channels = int(num_channels)
-        self.resnet = None if resnet is None else dict(resnet)
+        # the stem's own config holds the arguments in JSON form (lists, not tuples), so that
+        # the config is the same after a trip through a .keras file
+        self.resnet = None if stem is None else {k: stem.get_config()[k] for k in resnet}
         self.position_embedding = position_embedding
         self.position_embedding_placement = position_embedding_placement
         self.remat = bool(remat)
