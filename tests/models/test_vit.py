@@ -23,24 +23,6 @@ def tiny(**kwargs):
     return keras_vit.VisionTransformer(**config)
 
 
-@pytest.mark.parametrize(
-    "name,params",
-    [("ViT-Ti/16", 5_717_416), ("ViT-S/16", 22_050_664), ("ViT-B/16", 86_567_656)],
-)
-def test_param_counts_match_official(name, params):
-    assert keras_vit.create_model(name).count_params() == params
-
-
-@pytest.mark.parametrize("name,params", [("ViT-L/16", 304_326_632), ("ViT-H/14", 632_045_800)])
-def test_param_counts_match_official_large(name, params):
-    """L/16 and H/14 (304M, 632M): every block is identical, so the real model is counted at depths
-    1 and 2 and extrapolated to the full depth (building 632M random weights takes a minute)."""
-    depth = keras_vit.models.registry.vit_config(name)["num_layers"]
-    one = keras_vit.create_model(name, num_layers=1).count_params()
-    two = keras_vit.create_model(name, num_layers=2).count_params()
-    assert one + (depth - 1) * (two - one) == params
-
-
 @pytest.mark.parametrize("name", ["ViT-S/32", "ViT-B/8", "ViT-B/32", "ViT-L/32", "ViT-B_16"])
 def test_paper_names_parse(name):
     config = keras_vit.models.registry.vit_config(name)
