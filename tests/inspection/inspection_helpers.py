@@ -7,12 +7,13 @@ from keras_vit import VisionTransformer
 
 
 def build_vit(classifier="token", image_size=16, patch_size=4, num_layers=3, num_channels=3,
-              **kwargs):
+              hidden_size=16, num_heads=2, **kwargs):
     keras.utils.set_random_seed(0)
     return VisionTransformer(
-        image_size=image_size, patch_size=patch_size, hidden_size=16, num_layers=num_layers,
-        num_heads=2, mlp_dim=32, num_classes=5, classifier=classifier,
-        num_channels=num_channels, head_kernel_initializer="glorot_uniform", **kwargs,
+        image_size=image_size, patch_size=patch_size, hidden_size=hidden_size,
+        num_layers=num_layers, num_heads=num_heads, mlp_dim=32, num_classes=5,
+        classifier=classifier, num_channels=num_channels,
+        head_kernel_initializer="glorot_uniform", **kwargs,
     )
 
 

@@ -169,3 +169,57 @@ def test_bad_inputs_are_rejected(token_vit):
         attention_weights(token_vit, np.zeros((1, 16, 16, 3), "float32"), batch_size=0)
     with pytest.raises(TypeError, match="VisionTransformer"):
         attention_weights(keras.Sequential([keras.layers.Dense(2)]), np.zeros((1, 4)))
+
+
+def _partner(offset):
+    """Patch index -> its partner on a 4x4 grid: the patch ``offset`` (rows, cols) away, pairs
+    swapped (an involution), so every patch has a partner exactly that far."""
+    def swap(value, step):
+        return value + step if (value // step) % 2 == 0 else value - step
+
+    partner = []
+    for index in range(16):
+        row, col = divmod(index, 4)
+        row = swap(row, offset[0]) if offset[0] else row
+        col = swap(col, offset[1]) if offset[1] else col
+        partner.append(row * 4 + col)
+    return partner
+
+
+def _attending_to_partners(offsets):
+    """A GAP ViT (16x16 images, 4x4 patches) whose head h sends each query patch's attention to
+    the patch ``offsets[h]`` away: zero patch projection, position embeddings that are one-hot
+    per patch (one copy per head's 16 dimensions), keys equal to the normalised tokens and
+    queries equal to the partner's, scaled up so the softmax is one-hot."""
+    heads = len(offsets)
+    model = build_vit("gap", num_layers=1, hidden_size=16 * heads, num_heads=heads)
+    embedding = model.get_layer("embedding")
+    for variable in embedding.weights:
+        variable.assign(np.zeros(variable.shape, "float32"))
+    model.get_layer("posembed_input").pos_embedding.assign(
+        np.tile(np.eye(16, dtype="float32"), (1, heads))[None])
+    attention = model.get_layer("encoderblock_0").MultiHeadDotProductAttention_1
+    query = np.zeros((16 * heads, heads, 16), "float32")
+    key = np.zeros_like(query)
+    for head, offset in enumerate(offsets):
+        for patch, partner in enumerate(_partner(offset)):
+            query[16 * head + patch, head, partner] = 200.0
+            key[16 * head + patch, head, patch] = 1.0
+    attention.query_kernel.assign(query)
+    attention.key_kernel.assign(key)
+    for variable in (attention.query_bias, attention.key_bias):
+        variable.assign(np.zeros(variable.shape, "float32"))
+    return model
+
+
+def test_attention_distance_weights_each_patch_by_its_attention():
+    # heads attending to their own patch, one column, two rows and one diagonal step away
+    offsets = [(0, 0), (0, 1), (2, 0), (1, 1)]
+    model = _attending_to_partners(offsets)
+    images = np.random.default_rng(3).uniform(-1, 1, (2, 16, 16, 3)).astype("float32")
+    weights = to_numpy(attention_weights(model, images)[0])
+    for head, offset in enumerate(offsets):  # the construction gives one-hot attention
+        expected = np.broadcast_to(np.eye(16)[_partner(offset)], (2, 16, 16))
+        np.testing.assert_allclose(weights[:, head], expected, atol=1e-6)
+    distance = mean_attention_distance(model, images)
+    np.testing.assert_allclose(distance, [[0.0, 4.0, 8.0, 4.0 * math.sqrt(2)]], rtol=1e-5)
