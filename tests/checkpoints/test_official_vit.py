@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import fixture_path
+from conftest import LOGIT_ATOL, fixture_path
 from keras_vit.checkpoints import official
 
 VIT_FIXTURES = ["vit_tiny_token_rep16", "vit_tiny_token_norep", "vit_tiny_gap_norep"]
@@ -23,18 +23,24 @@ def _io(name):
     return np.load(fixture_path(f"{name}_io.npz"))
 
 
+@pytest.fixture(scope="module")
+def vit_models():
+    """The official fixtures, loaded once for the tests that only read them."""
+    return {name: keras_vit.load_checkpoint(fixture_path(f"{name}.npz")) for name in VIT_FIXTURES}
+
+
 @pytest.mark.parametrize("name", VIT_FIXTURES)
-def test_fixture_logits_and_pre_logits(name):
-    model = keras_vit.load_checkpoint(fixture_path(f"{name}.npz"))
+def test_fixture_logits_and_pre_logits(name, vit_models):
+    model = vit_models[name]
     io = _io(name)
-    np.testing.assert_allclose(_np(model(io["images"])), io["logits"], atol=ATOL, rtol=ATOL)
+    np.testing.assert_allclose(_np(model(io["images"])), io["logits"], atol=LOGIT_ATOL, rtol=0)
     features = _np(model.feature_extractor()(io["images"]))
     np.testing.assert_allclose(features, io["pre_logits"], atol=ATOL, rtol=ATOL)
 
 
 @pytest.mark.parametrize("name", VIT_FIXTURES)
-def test_fixture_intermediates(name):
-    model = keras_vit.load_checkpoint(fixture_path(f"{name}.npz"))
+def test_fixture_intermediates(name, vit_models):
+    model = vit_models[name]
     io = _io(name)
     probes = {
         "act/embedding": model.get_layer("embedding").output,
@@ -50,12 +56,12 @@ def test_fixture_intermediates(name):
         assert error < 1e-5, (key, error)
 
 
-def test_inferred_architecture():
-    model = keras_vit.load_checkpoint(fixture_path("vit_tiny_token_rep16.npz"))
+def test_inferred_architecture(vit_models):
+    model = vit_models["vit_tiny_token_rep16"]
     assert (model.image_size, model.patch_size, model.hidden_size) == ((32, 32), 4, 32)
     assert (model.num_layers, model.num_heads, model.mlp_dim) == (2, 4, 64)
     assert (model.classifier, model.representation_size, model.num_classes) == ("token", 16, 10)
-    gap = keras_vit.load_checkpoint(fixture_path("vit_tiny_gap_norep.npz"))
+    gap = vit_models["vit_tiny_gap_norep"]
     assert (gap.classifier, gap.representation_size) == ("gap", None)
 
 
@@ -156,7 +162,7 @@ def test_linen_names_and_prefix_are_accepted(tmp_path):
     name = "vit_tiny_token_norep"
     model = keras_vit.load_checkpoint(_rewrite(tmp_path, name, to_linen))
     io = _io(name)
-    np.testing.assert_allclose(_np(model(io["images"])), io["logits"], atol=ATOL)
+    np.testing.assert_allclose(_np(model(io["images"])), io["logits"], atol=LOGIT_ATOL, rtol=0)
 
 
 def test_strict_loading_lists_missing_unexpected_and_misshaped(tmp_path):

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import fixture_path
+from conftest import LOGIT_ATOL, fixture_path
 from keras_vit.inspection import attention_weights
 
 CASES = ["vit_tiny_token_rep16", "vit_tiny_token_norep", "vit_tiny_gap_norep"]
@@ -21,4 +21,4 @@ def test_fixture_defaults_and_attention(name):
     tokens = 65 if "token" in name else 64
     assert [w.shape for w in weights] == [(2, 4, tokens, tokens)] * 2
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(model(io["images"])), logits)
-    np.testing.assert_allclose(logits, io["logits"], atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(logits, io["logits"], atol=LOGIT_ATOL, rtol=0)
