@@ -8,20 +8,19 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 
 import keras
 import numpy as np
 import pytest
 
 import keras_vit
-from conftest import fixture_path
+from conftest import LOGIT_ATOL, fixture_path
 from keras_vit import cli, data
 from keras_vit.training import run_files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUIET = ["--verbose", "0"]
-SMALL_DATA = ["--train-examples", "256", "--test-examples", "64", "--batch-size", "32"]
+SMALL_DATA = ["--train-examples", "64", "--test-examples", "32", "--batch-size", "32"]
 TINY_VIT = ["--set", "patch_size=7", "--set", "hidden_size=16", "--set", "num_layers=1",
             "--set", "num_heads=2", "--set", "mlp_dim=32"]
 CHANCE = 0.1
@@ -155,7 +154,4 @@ def test_console_script(tmp_path):
     model = keras.saving.load_model(target, compile=False)
     io = np.load(fixture_path("vit_tiny_token_rep16_io.npz"))
     np.testing.assert_allclose(keras.ops.convert_to_numpy(model(io["images"])), io["logits"],
-                               atol=2e-6, rtol=0)
-    usage = subprocess.run([sys.executable, "-m", "keras_vit"], cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=300)
-    assert usage.returncode == 2 and "fewshot" in usage.stdout
+                               atol=LOGIT_ATOL, rtol=0)
