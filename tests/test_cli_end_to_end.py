@@ -118,7 +118,7 @@ def test_finetune_an_official_npz(tmp_path):
 
 def test_pretrain_mpp_encoder_loads_back_and_finetunes(tmp_path):
     out = str(tmp_path / "mpp")
-    _run("pretrain-mpp", *TINY_VIT, *SMALL_DATA, "--epochs", "1", "--warmup-steps", "2",
+    _run("pretrain-mpp", *TINY_VIT, *SMALL_DATA, "--epochs", "1", "--warmup-steps", "1",
          "--output", out)
     encoder_file = os.path.join(out, run_files.MODEL)
     encoder = keras.saving.load_model(encoder_file, compile=False)
