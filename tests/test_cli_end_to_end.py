@@ -74,8 +74,7 @@ def test_fewshot_of_a_trained_model(learned, tmp_path, capsys):
     results = _metrics(out)["fewshot"]
     assert sorted(results) == ["1", "10"]
     assert len(results["10"]["per_seed"]) == 2
-    assert results["10"]["mean"] > 2 * CHANCE, results
-    assert results["10"]["mean"] > results["1"]["mean"]
+    assert min(results[shots]["mean"] for shots in results) > 2 * CHANCE, results
     assert "10-shot linear accuracy" in capsys.readouterr().out
 
 
