@@ -21,10 +21,13 @@ import threading
 
 CHOSEN = None  # the backend prepare_command_line chose for the user, until announced
 KERAS_DEFAULT = "tensorflow"
-# Fastest first, from benchmarks/train_step.py on the default `keras-vit train` model
-# (docs/training.md, "Training speed"). On an NVIDIA GPU (H100, bf16) jax ran the step 4.4x
-# faster than timm and torch 0.27x; tensorflow was not measured there.
-FASTEST = {"cpu": ("torch", "tensorflow", "jax"), "gpu": ("jax", "torch", "tensorflow")}
+# Fastest first, for the whole `keras-vit train` job (docs/training.md, "Training speed").
+# CPU: 2-core AMD EPYC shared with other programs, interleaved runs of 2 epochs of 30 steps
+# (2026-11-24): a second epoch took tensorflow 2.1-2.6 s, jax 9.0 s, torch 30-46 s; torch's
+# threads stall when the cores are busy (tf.data's threads too). GPU: H100, bf16, the step of
+# benchmarks/train_step.py: jax 4.4x faster than timm on the default model, torch 0.27x;
+# tensorflow was not measured there.
+FASTEST = {"cpu": ("tensorflow", "jax", "torch"), "gpu": ("jax", "torch", "tensorflow")}
 QUIET = {"TF_CPP_MIN_LOG_LEVEL": "2", "GRPC_VERBOSITY": "ERROR", "GLOG_minloglevel": "2"}
 # TensorFlow's start-up lines that come through before its logging reads TF_CPP_MIN_LOG_LEVEL.
 NOISE = re.compile(
