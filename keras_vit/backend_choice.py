@@ -36,6 +36,7 @@ NOISE = re.compile(
     r"|cuda_executor|computation_placer|gpu_device)\.cc:\d+\]"
     r"|To enable the following instructions: .* rebuild TensorFlow)"
 )
+NOISE_START = re.compile(r"^(W(A(R(N(I(N(G(:.*)?)?)?)?)?)?)?$|[IWE]\d|To enable)")
 
 
 def is_command_line():
@@ -146,10 +147,20 @@ class FilteredStderr:
 
     @staticmethod
     def _pump(read, out):
-        with os.fdopen(read, "rb") as pipe, os.fdopen(out, "wb", 0) as out:
-            for line in pipe:
-                if not NOISE.match(line.decode("utf-8", "replace")):
-                    out.write(line)
+        """Forward what is read, line by line; a line's start goes on at once (progress bars
+        redraw with carriage returns) unless it may begin a line of noise."""
+        pending = b""
+        while chunk := os.read(read, 65536):  # drain to the end: a full pipe would block
+            *lines, pending = (pending + chunk).split(b"\n")
+            text = b"".join(line + b"\n" for line in lines
+                            if not NOISE.match(line.decode("utf-8", "replace")))
+            if pending and not NOISE_START.match(pending.decode("utf-8", "replace")):
+                text, pending = text + pending, b""
+            _write(out, text)
+        if not NOISE.match(pending.decode("utf-8", "replace")):
+            _write(out, pending)
+        for fd in (read, out):
+            os.close(fd)
 
     def __exit__(self, *exc):
         sys.stderr.flush()
@@ -157,6 +168,14 @@ class FilteredStderr:
         os.close(self._saved)
         self._thread.join(timeout=60)  # a child process may hold the pipe
         return False
+
+
+def _write(fd, data):
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    except OSError:  # the reader went away (`keras-vit ... 2>&1 | head`): drop the rest
+        pass
 
 
 prepare_command_line()  # on import: keras_vit/__init__.py imports this module before Keras

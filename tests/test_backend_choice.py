@@ -112,5 +112,6 @@ def test_filtered_stderr_drops_only_the_noise(capfd):
     with backend_choice.FilteredStderr():
         os.write(2, noise.encode() + b"a real warning\n")
         os.write(2, b"Traceback (most recent call last):\n")
+        os.write(2, b" 50%|#####     |\r 60%")  # a progress bar: no newline
     err = capfd.readouterr().err
-    assert err == "a real warning\nTraceback (most recent call last):\n"
+    assert err == "a real warning\nTraceback (most recent call last):\n 50%|#####     |\r 60%"
