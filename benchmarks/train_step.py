@@ -24,6 +24,7 @@ table adds images/s and MFU (model FLOPs, 3x the forward's, over the GPU's dense
 """
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -376,7 +377,10 @@ def main():
     args.steps = args.steps or spec["steps"]
     if args.worker:
         return worker(args)
-    args.impl = args.impl or list(IMPLEMENTATIONS)
+    if not args.impl:  # all that are installed
+        modules = {"jax": "jax", "tensorflow": "tensorflow", "torch": "torch", "timm": "timm",
+                   "timm-compile": "timm"}
+        args.impl = [i for i in IMPLEMENTATIONS if importlib.util.find_spec(modules[i])]
     for impl in args.impl:
         if impl.split(":")[0] not in IMPLEMENTATIONS:
             parser.error(f"unknown implementation {impl!r}; choose among {IMPLEMENTATIONS}")
