@@ -343,7 +343,9 @@ def table(results, args):
              "|---|---|---|" + ("---|" if peak else "") + "---|"]
     for impl, seconds in results.items():
         median = statistics.median(seconds)
-        name = f"keras_vit, {impl} backend" if impl.split(":")[0] in KERAS_BACKENDS else impl
+        backend, _, options = impl.partition(":")
+        name = impl if backend not in KERAS_BACKENDS else \
+            f"keras_vit, {backend} backend" + (f" ({options})" if options else "")
         row = f"| {name} | {_summary(seconds)} | {args.batch / median:,.0f} | "
         if peak:
             row += f"{flops / median / (peak * 1e12):.1%} | "
