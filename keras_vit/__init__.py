@@ -5,6 +5,8 @@ Example:
 >>> model = keras_vit.create_model("ViT-Ti/4", image_size=28, num_classes=10, num_channels=1)
 """
 
+# First: in the `keras-vit` command this picks the Keras backend before Keras is imported.
+from keras_vit import backend_choice as _backend_choice  # noqa: F401
 from keras_vit.checkpoints.keras_hub import from_keras_hub, to_keras_hub
 from keras_vit.checkpoints.official import load_checkpoint, save_checkpoint
 from keras_vit.layers.patching import PatchEmbedding, patchify

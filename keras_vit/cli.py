@@ -161,7 +161,10 @@ def main(argv=None):
     if args.command is None:
         parser.print_help()
         return 2
+    from keras_vit import backend_choice
     from keras_vit.training import runs
+
+    backend_choice.announce()
 
     config = vars(args)
     command = config.pop("command")

@@ -1,0 +1,401 @@
+"""Training-step speed of keras_vit on each Keras backend against timm's VisionTransformer.
+
+One command, one table (issue 19):
+
+    python benchmarks/train_step.py                         # default `keras-vit train` model, CPU
+    python benchmarks/train_step.py --model vit-s16         # ViT-S/16 at 224 px
+    python benchmarks/train_step.py --impl jax torch timm --rounds 5
+    python benchmarks/train_step.py --impl "jax:steps_per_execution=8" "torch:jit_compile=true"
+    python benchmarks/train_step.py --device gpu --model vit-s16 --batch 512   # bf16
+
+The step is the one `keras-vit train` runs: AdamW (weight decay 0.05) on a warmup + cosine
+schedule, global-norm clipping at 1, softmax cross-entropy with label smoothing 0.1, accuracy
+metric, batch 256 of 28x28x1 images for the default model. keras_vit steps are `model.fit` on
+in-memory arrays; timm's are the loop a PyTorch user writes (eager, or `torch.compile`d with
+`timm-compile`), with the same optimizer, clipping and loss.
+
+Each implementation lives in its own worker process (a Keras backend is fixed per process), built
+and warmed up once. On the CPU the workers then take turns: every round times `--steps` steps of
+each, in a rotating order, so that load from other programs on a shared machine hits all of them
+alike; only ratios from one run mean anything there. The table gives the median and the range
+over rounds. On a GPU (`--device gpu`: mixed bfloat16, the backends' fused attention) each
+worker runs its rounds alone, since a waiting worker would keep its peak GPU memory, and the
+table adds images/s and MFU (model FLOPs, 3x the forward's, over the GPU's dense bf16 peak).
+"""
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+MODELS = {
+    # The default `keras-vit train` model (keras_vit.training.runs.DEFAULT_OVERRIDES).
+    "default": dict(name="ViT-Ti/7", image_size=28, channels=1, num_classes=10, hidden_size=64,
+                    num_layers=3, num_heads=4, mlp_dim=256, classifier="gap", batch=256,
+                    steps=20),
+    "vit-s16": dict(name="ViT-S/16", image_size=224, channels=3, num_classes=1000,
+                    hidden_size=384, num_layers=12, num_heads=6, mlp_dim=1536,
+                    classifier="token", batch=8, steps=3),
+}
+KERAS_BACKENDS = ("jax", "tensorflow", "torch")
+IMPLEMENTATIONS = (*KERAS_BACKENDS, "timm", "timm-compile")
+# Dense (no sparsity) bf16 peaks in TFLOP/s, from the vendors' data sheets.
+PEAK_BF16_TFLOPS = {"H100 80GB HBM3": 989.0, "H100 PCIe": 756.0, "H100 NVL": 835.0,
+                    "H200": 989.0, "A100": 312.0, "L4": 121.0, "A10G": 70.0}
+LEARNING_RATE, WEIGHT_DECAY, LABEL_SMOOTHING, CLIPNORM = 4e-3, 0.05, 0.1, 1.0
+
+
+def train_macs(spec):
+    """Multiply-adds per image of the forward pass (the matrix products; a step is ~3x)."""
+    grid = (spec["image_size"] // int(spec["name"].split("/")[1])) ** 2
+    tokens = grid + (spec["classifier"] == "token")
+    d, m, patch = spec["hidden_size"], spec["mlp_dim"], int(spec["name"].split("/")[1])
+    block = tokens * (4 * d * d + 2 * d * m) + 2 * tokens * tokens * d
+    return grid * patch**2 * spec["channels"] * d + spec["num_layers"] * block \
+        + d * spec["num_classes"]
+
+
+def _data(spec, batch, steps, channels_last):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    size, channels = spec["image_size"], spec["channels"]
+    shape = (batch * steps, size, size, channels) if channels_last else \
+        (batch * steps, channels, size, size)
+    images = rng.uniform(-1, 1, shape).astype("float32")
+    labels = rng.integers(0, spec["num_classes"], batch * steps)
+    return images, labels
+
+
+# ---------------------------------------------------------------------------------------------
+# Workers: each answers "go" on stdin with one JSON line of seconds per step on stdout.
+
+
+def _keras_worker(spec, options, args):
+    import keras
+    import numpy as np
+
+    from keras_vit import create_model
+    from keras_vit.training.recipes import classification_loss, pretraining_optimizer
+
+    if args.device == "gpu":
+        keras.config.set_dtype_policy("mixed_bfloat16")
+    overrides = {k: spec[k] for k in ("hidden_size", "num_layers", "num_heads", "mlp_dim",
+                                      "classifier")}
+    model = create_model(spec["name"], image_size=spec["image_size"],
+                         num_classes=spec["num_classes"], num_channels=spec["channels"],
+                         **overrides)
+    total = 10_000
+    model.compile(
+        optimizer=pretraining_optimizer(total, learning_rate=LEARNING_RATE, warmup_steps=100,
+                                        decay="cosine", weight_decay=WEIGHT_DECAY,
+                                        global_clipnorm=CLIPNORM),
+        loss=classification_loss(LABEL_SMOOTHING), metrics=["accuracy"], **options)
+    images, labels = _data(spec, args.batch, args.steps, channels_last=True)
+    onehot = np.eye(spec["num_classes"], dtype="float32")[labels]
+
+    class Clock(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            if batch == 0:
+                self.start = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            # The weights depend on every step: reading one waits for the device to finish.
+            keras.ops.convert_to_numpy(model.trainable_variables[0])
+            self.seconds = time.perf_counter() - self.start
+
+    def run():
+        clock = Clock()
+        model.fit(images, onehot, batch_size=args.batch, epochs=1, shuffle=False, verbose=0,
+                  callbacks=[clock])
+        return clock.seconds / args.steps
+
+    return run
+
+
+def _timm_worker(spec, compiled, args):
+    _import_timm()
+    import torch
+    import torch.nn.functional as F
+    from timm.models.vision_transformer import VisionTransformer
+
+    device = "cuda" if args.device == "gpu" else "cpu"
+    gap = spec["classifier"] == "gap"
+    model = VisionTransformer(
+        img_size=spec["image_size"], patch_size=int(spec["name"].split("/")[1]),
+        in_chans=spec["channels"], num_classes=spec["num_classes"],
+        embed_dim=spec["hidden_size"], depth=spec["num_layers"], num_heads=spec["num_heads"],
+        mlp_ratio=spec["mlp_dim"] / spec["hidden_size"], class_token=not gap,
+        global_pool="avg" if gap else "token", fc_norm=False).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE,
+                                  weight_decay=WEIGHT_DECAY, eps=1e-8)
+    total, warmup = 10_000, 100
+
+    def multiplier(step):
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / (total - warmup)))
+
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, multiplier)
+    forward = torch.compile(model) if compiled else model
+    images, labels = _data(spec, args.batch, args.steps, channels_last=False)
+    # Batches come from host memory, as from a DataLoader(pin_memory=True) (and as Keras' fit
+    # takes them from the arrays).
+    images, labels = torch.from_numpy(images), torch.from_numpy(labels)
+    if device == "cuda":
+        images, labels = images.pin_memory(), labels.pin_memory()
+    autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=args.device == "gpu")
+
+    def step(x, y):
+        with autocast:
+            logits = forward(x)
+        loss = F.cross_entropy(logits.float(), y, label_smoothing=LABEL_SMOOTHING)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIPNORM)
+        optimizer.step()
+        schedule.step()
+        # What Keras' accuracy metric does on every step.
+        return (logits.argmax(-1) == y).float().mean()
+
+    def run():
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for i in range(args.steps):
+            batch = slice(i * args.batch, (i + 1) * args.batch)
+            accuracy = step(images[batch].to(device, non_blocking=True),
+                            labels[batch].to(device, non_blocking=True))
+        accuracy.item()
+        return (time.perf_counter() - start) / args.steps
+
+    return run
+
+
+def _import_timm():
+    """Import timm; stand in for a torchvision that cannot load, which the ViT does not use.
+
+    timm imports torchvision at start-up (transforms, FrozenBatchNorm2d); where the only
+    torchvision wheel is built for another torch (PyPI's CUDA build beside a CPU torch), the
+    ViT still runs: every torchvision name becomes a class that raises when used.
+    """
+    try:
+        import torchvision  # noqa: F401
+    except Exception:  # a missing package, or one whose C extension does not match torch
+        import importlib.abc
+        import importlib.machinery
+        import types
+
+        for name in [n for n in sys.modules if n.split(".")[0] == "torchvision"]:
+            del sys.modules[name]
+
+        class Unusable(type):
+            def __getattr__(cls, attr):
+                if attr.startswith("__"):
+                    raise AttributeError(attr)
+                return Unusable(attr, (), {"__init__": _refuse})
+
+        class StandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "torchvision":
+                    return importlib.machinery.ModuleSpec(name, self, is_package=True)
+
+            def create_module(self, spec):
+                module = types.ModuleType(spec.name)
+                module.__path__ = []
+                module.__getattr__ = lambda attr: getattr(Unusable("torchvision", (), {}), attr)
+                return module
+
+            def exec_module(self, module):
+                pass
+
+        sys.meta_path.insert(0, StandIn())
+    import timm  # noqa: F401
+
+
+def _refuse(*args, **kwargs):
+    raise RuntimeError("torchvision is not importable here; the benchmark only needs timm's ViT")
+
+
+def worker(args):
+    spec = MODELS[args.model]
+    impl, _, option_text = args.worker.partition(":")
+    if impl in KERAS_BACKENDS:
+        options = {}
+        for item in filter(None, option_text.split(",")):
+            key, _, value = item.partition("=")
+            options[key] = json.loads(value)
+        run = _keras_worker(spec, options, args)
+    else:
+        run = _timm_worker(spec, impl == "timm-compile", args)
+    for _ in range(args.warmup):
+        run()
+    _reply({"ready": True})
+    for line in sys.stdin:
+        if line.strip() != "go":
+            break
+        _reply({"seconds": run()})
+
+
+def _reply(message):
+    sys.stdout.write("@@" + json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+# ---------------------------------------------------------------------------------------------
+# The orchestrator.
+
+
+class Worker:
+    def __init__(self, impl, args):
+        self.impl = impl
+        backend = impl.split(":")[0] if impl.split(":")[0] in KERAS_BACKENDS else "torch"
+        env = dict(os.environ, KERAS_BACKEND=backend, PYTHONUNBUFFERED="1")
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        # Several processes share one GPU: take memory as needed, not 75 % up front.
+        env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        command = [sys.executable, os.path.abspath(__file__), "--worker", impl,
+                   "--model", args.model, "--batch", str(args.batch), "--steps",
+                   str(args.steps), "--warmup", str(args.warmup), "--device", args.device]
+        self.log = tempfile.TemporaryFile(mode="w+")
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=self.log, text=True, env=env)
+        self.seconds = []
+
+    def read(self):
+        for line in self.process.stdout:
+            if line.startswith("@@"):
+                return json.loads(line[2:])
+        self.log.seek(0)
+        tail = self.log.read()[-3000:]
+        raise RuntimeError(f"worker {self.impl} ended (exit {self.process.wait()}):\n{tail}")
+
+    def go(self):
+        self.process.stdin.write("go\n")
+        self.process.stdin.flush()
+        self.seconds.append(self.read()["seconds"])
+
+    def close(self):
+        if self.process.poll() is None:
+            self.process.stdin.close()
+            self.process.wait()
+
+
+def measure(args):
+    workers = []
+    try:
+        if args.device == "gpu":  # one at a time: an idle worker would hold its GPU memory
+            for impl in args.impl:
+                worker = Worker(impl, args)
+                worker.read()
+                for _ in range(args.rounds):
+                    worker.go()
+                worker.close()
+                workers.append(worker)
+                print(f"  {impl}: {_summary(worker.seconds)}", file=sys.stderr)
+        else:
+            for impl in args.impl:  # start one by one: compiling in parallel would be noise
+                workers.append(Worker(impl, args))
+                workers[-1].read()
+            for r in range(args.rounds):
+                turn = workers[r % len(workers):] + workers[:r % len(workers)]
+                for worker in turn:
+                    worker.go()
+                print(f"  round {r + 1}: " + ", ".join(
+                    f"{w.impl} {w.seconds[-1] * 1e3:.1f}" for w in workers) + " ms",
+                    file=sys.stderr)
+    finally:
+        for worker in workers:
+            worker.close()
+    return {w.impl: w.seconds for w in workers}
+
+
+def _summary(seconds):
+    ms = sorted(s * 1e3 for s in seconds)
+    return f"{statistics.median(ms):.1f} ({ms[0]:.1f}-{ms[-1]:.1f})"
+
+
+def _peak_tflops(args):
+    if args.peak_tflops:
+        return args.peak_tflops
+    try:
+        name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
+
+
+def table(results, args):
+    spec = MODELS[args.model]
+    reference = next((i for i in ("timm", "timm-compile") if i in results), None)
+    reference_s = statistics.median(results[reference]) if reference else None
+    flops = 3 * 2 * train_macs(spec) * args.batch
+    peak = _peak_tflops(args) if args.device == "gpu" else None
+    lines = ["| implementation | ms/step, median (range) | images/s | "
+             + ("MFU | " if peak else "") + f"vs {reference or 'timm'} |",
+             "|---|---|---|" + ("---|" if peak else "") + "---|"]
+    for impl, seconds in results.items():
+        median = statistics.median(seconds)
+        backend, _, options = impl.partition(":")
+        name = impl if backend not in KERAS_BACKENDS else \
+            f"keras_vit, {backend} backend" + (f" ({options})" if options else "")
+        row = f"| {name} | {_summary(seconds)} | {args.batch / median:,.0f} | "
+        if peak:
+            row += f"{flops / median / (peak * 1e12):.1%} | "
+        row += f"{reference_s / median:.2f} |" if reference else "- |"
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", choices=sorted(MODELS), default="default")
+    parser.add_argument("--impl", nargs="+", metavar="IMPL",
+                        help=f"among {', '.join(IMPLEMENTATIONS)}; a Keras backend takes "
+                        "compile() options after a colon: 'jax:jit_compile=false', "
+                        "'torch:jit_compile=true,steps_per_execution=4' (default: all)")
+    parser.add_argument("--batch", type=int, help="batch size (default: 256 for the default "
+                        "model, 8 for ViT-S/16 on the CPU, 256 on a GPU)")
+    parser.add_argument("--steps", type=int, help="steps per round (default 20, 3 for ViT-S/16)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                        help="gpu: mixed bfloat16, one worker at a time, images/s and MFU")
+    parser.add_argument("--peak-tflops", type=float,
+                        help="the accelerator's dense bf16 peak (default: from nvidia-smi's name)")
+    parser.add_argument("--json", help="also write the per-round seconds to this file")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    spec = MODELS[args.model]
+    if args.batch is None:
+        args.batch = 256 if args.device == "gpu" else spec["batch"]
+    args.steps = args.steps or spec["steps"]
+    if args.worker:
+        return worker(args)
+    if not args.impl:  # all that are installed
+        modules = {"jax": "jax", "tensorflow": "tensorflow", "torch": "torch", "timm": "timm",
+                   "timm-compile": "timm"}
+        args.impl = [i for i in IMPLEMENTATIONS if importlib.util.find_spec(modules[i])]
+    for impl in args.impl:
+        if impl.split(":")[0] not in IMPLEMENTATIONS:
+            parser.error(f"unknown implementation {impl!r}; choose among {IMPLEMENTATIONS}")
+    print(f"model={args.model} ({spec['name']} at {spec['image_size']} px, hidden "
+          f"{spec['hidden_size']}, {spec['num_layers']} layers) batch={args.batch} "
+          f"steps/round={args.steps} rounds={args.rounds} device={args.device} "
+          f"cpus={os.cpu_count()} date={time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    results = measure(args)
+    print(table(results, args))
+    if args.json:
+        with open(args.json, "w") as file:
+            json.dump({"args": vars(args), "seconds": results}, file, indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""The Keras backend of the ``keras-vit`` command, chosen before Keras is imported (issue 19).
+
+Keras fixes its backend when it is first imported: ``KERAS_BACKEND``, else the ``backend`` of
+``keras.json`` (in ``$KERAS_HOME``, else ``~/.keras``), else TensorFlow, which Keras then writes
+into a new ``keras.json`` itself. A user who set neither, or whose ``keras.json`` names only that
+default, has chosen nothing, and the command then runs on the installed backend measured fastest
+for training (``benchmarks/train_step.py``, docs/training.md) and says so. Any other choice is
+kept: ``KERAS_BACKEND=tensorflow keras-vit train`` runs on TensorFlow.
+
+It also quiets the start-up lines of TensorFlow and XLA (oneDNN notices, CUDA probing on a
+machine without a GPU) that come before the first epoch; a variable the user set is kept.
+"""
+
+import atexit
+import importlib.util
+import json
+import os
+import re
+import sys
+import threading
+
+CHOSEN = None  # the backend prepare_command_line chose for the user, until announced
+KERAS_DEFAULT = "tensorflow"
+# Fastest first, for the whole `keras-vit train` job (docs/training.md, "Training speed").
+# CPU: 2-core AMD EPYC shared with other programs, interleaved runs of 2 epochs of 30 steps
+# (2026-11-24): a second epoch took tensorflow 2.1-2.6 s, jax 9.0 s, torch 30-46 s; torch's
+# threads stall when the cores are busy (tf.data's threads too). GPU: H100, bf16, the step of
+# benchmarks/train_step.py: jax 4.4x faster than timm on the default model, torch 0.27x;
+# tensorflow was not measured there.
+FASTEST = {"cpu": ("tensorflow", "jax", "torch"), "gpu": ("jax", "torch", "tensorflow")}
+QUIET = {"TF_CPP_MIN_LOG_LEVEL": "2", "GRPC_VERBOSITY": "ERROR", "GLOG_minloglevel": "2"}
+# TensorFlow's start-up lines that come through before its logging reads TF_CPP_MIN_LOG_LEVEL.
+NOISE = re.compile(
+    r"^(WARNING: All log messages before absl::InitializeLog\(\) is called"
+    r"|[IWE]\d{4} [\d:. ]+\d+ (port|cudart_stub|cpu_feature_guard|cuda_fft|cuda_dnn|cuda_blas"
+    r"|cuda_executor|computation_placer|gpu_device)\.cc:\d+\]"
+    r"|To enable the following instructions: .* rebuild TensorFlow)"
+)
+NOISE_START = re.compile(r"^(W(A(R(N(I(N(G(:.*)?)?)?)?)?)?)?$|[IWE]\d|To enable)")
+
+
+def is_command_line():
+    """Whether this process is the ``keras-vit`` command (console script or ``-m keras_vit``)."""
+    if sys.argv and os.path.basename(sys.argv[0]) in ("keras-vit", "keras-vit.exe"):
+        return True
+    argv = getattr(sys, "orig_argv", [])
+    return any(a == "-m" and b == "keras_vit" for a, b in zip(argv, argv[1:]))
+
+
+def prepare_command_line():
+    """Choose the backend and quiet start-up noise, when this is the command and Keras is not
+    yet imported (``keras_vit/__init__.py`` calls this before it imports Keras)."""
+    global CHOSEN
+    if not is_command_line() or "keras" in sys.modules:
+        return
+    CHOSEN = choose_backend()
+    quiet_startup()
+    noise = FilteredStderr().__enter__()  # for the life of the command
+    atexit.register(noise.__exit__, None, None, None)  # after a traceback is printed
+
+
+def announce(stream=None):
+    """Say which backend was chosen for the user, and how to choose another (once)."""
+    global CHOSEN
+    if CHOSEN is not None:
+        device = accelerator()
+        others = "|".join(b for b in FASTEST[device] if b != CHOSEN)
+        print(f"keras-vit: running on the {CHOSEN} backend, the fastest installed one for "
+              f"training on this {device.upper()} (docs/training.md); choose another with "
+              f"KERAS_BACKEND={others} or in {keras_config_path()}",
+              file=stream or sys.stderr)
+        CHOSEN = None
+
+
+def keras_config_path(environ=None):
+    environ = os.environ if environ is None else environ
+    home = environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
+    return os.path.join(home, "keras.json")
+
+
+def user_backend(environ=None):
+    """The backend the user chose (``KERAS_BACKEND`` or a non-default keras.json), else None.
+
+    >>> user_backend({"KERAS_BACKEND": "jax"})
+    'jax'
+    """
+    environ = os.environ if environ is None else environ
+    if environ.get("KERAS_BACKEND"):
+        return environ["KERAS_BACKEND"]
+    try:
+        with open(keras_config_path(environ)) as file:
+            backend = json.load(file).get("backend")
+    except (OSError, ValueError, AttributeError):
+        return None  # Keras, too, ignores a missing or unreadable keras.json
+    return backend if backend and backend != KERAS_DEFAULT else None
+
+
+def installed(backend):
+    modules = {"jax": ("jax", "jaxlib"), "tensorflow": ("tensorflow",), "torch": ("torch",)}
+    return all(importlib.util.find_spec(name) is not None for name in modules[backend])
+
+
+def accelerator():
+    """``"gpu"`` where an NVIDIA driver is loaded, else ``"cpu"`` (no framework is imported)."""
+    return "gpu" if os.path.exists("/proc/driver/nvidia/version") else "cpu"
+
+
+def choose_backend(environ=None):
+    """Set ``KERAS_BACKEND`` to the fastest installed backend unless the user chose one.
+
+    Returns the backend chosen here, or None when the user's choice (or Keras) decides.
+    """
+    environ = os.environ if environ is None else environ
+    if user_backend(environ) is not None:
+        return None
+    device = accelerator()
+    backend = next((b for b in FASTEST[device] if installed(b)), None)
+    if backend is None:
+        return None  # Keras will say that no backend is installed
+    environ["KERAS_BACKEND"] = backend
+    return backend
+
+
+def quiet_startup(environ=None):
+    """Hide TensorFlow/XLA start-up notices; the user's own settings of the variables win."""
+    environ = os.environ if environ is None else environ
+    for name, value in QUIET.items():
+        environ.setdefault(name, value)
+
+
+class FilteredStderr:
+    """Drop the lines of ``NOISE`` written to file descriptor 2 (C++ code too) while active.
+
+    The rest passes through unchanged, tracebacks included.
+    """
+
+    def __enter__(self):
+        sys.stderr.flush()
+        self._saved = os.dup(2)
+        read, write = os.pipe()
+        os.dup2(write, 2)
+        os.close(write)
+        out = os.dup(self._saved)  # here, not in the thread: __exit__ may close _saved first
+        self._thread = threading.Thread(target=self._pump, args=(read, out), daemon=True)
+        self._thread.start()
+        return self
+
+    @staticmethod
+    def _pump(read, out):
+        """Forward what is read, line by line; a line's start goes on at once (progress bars
+        redraw with carriage returns) unless it may begin a line of noise."""
+        pending = b""
+        while chunk := os.read(read, 65536):  # drain to the end: a full pipe would block
+            *lines, pending = (pending + chunk).split(b"\n")
+            text = b"".join(line + b"\n" for line in lines
+                            if not NOISE.match(line.decode("utf-8", "replace")))
+            if pending and not NOISE_START.match(pending.decode("utf-8", "replace")):
+                text, pending = text + pending, b""
+            _write(out, text)
+        if not NOISE.match(pending.decode("utf-8", "replace")):
+            _write(out, pending)
+        for fd in (read, out):
+            os.close(fd)
+
+    def __exit__(self, *exc):
+        sys.stderr.flush()
+        os.dup2(self._saved, 2)  # closes the pipe's last write end: the pump ends
+        os.close(self._saved)
+        self._thread.join(timeout=60)  # a child process may hold the pipe
+        return False
+
+
+def _write(fd, data):
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    except OSError:  # the reader went away (`keras-vit ... 2>&1 | head`): drop the rest
+        pass
+
+
+prepare_command_line()  # on import: keras_vit/__init__.py imports this module before Keras
