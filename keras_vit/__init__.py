@@ -5,8 +5,8 @@ Example:
 >>> model = keras_vit.create_model("ViT-Ti/4", image_size=28, num_classes=10, num_channels=1)
 """
 
+from keras_vit.checkpoints.formats import load_checkpoint, save_checkpoint
 from keras_vit.checkpoints.keras_hub import from_keras_hub, to_keras_hub
-from keras_vit.checkpoints.official import load_checkpoint, save_checkpoint
 from keras_vit.layers.patching import PatchEmbedding, patchify
 from keras_vit.layers.position import resize_position_embedding
 from keras_vit.models.registry import create_model, model_names

@@ -197,10 +197,10 @@ def prepare_config(config, tensors, head_keys, pre_logits_keys, *, num_classes=N
     """
     skip = set()
     if num_classes is not None and num_classes != config.get("num_classes"):
-        skip |= {k for k in tensors if k in head_keys}
+        skip |= set(head_keys)
         config["num_classes"] = num_classes or None
     if drop_pre_logits and config.get("representation_size") is not None:
-        skip |= {k for k in tensors if k in pre_logits_keys}
+        skip |= set(pre_logits_keys)
         config["representation_size"] = None
     if image_size is not None:
         config["image_size"] = image_size

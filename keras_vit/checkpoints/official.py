@@ -31,6 +31,8 @@ BIT_URL = "https://storage.googleapis.com/bit_models/{name}.npz"
 _VIT_PUBLISHED = re.compile(r"(imagenet21k|imagenet21k\+imagenet2012|augreg|sam|gsam)/[\w\-.+=,]+")
 _BIT_PUBLISHED = re.compile(r"BiT-[MS]-R\d+x\d+(-ILSVRC2012)?")
 POSEMB = "Transformer/posembed_input/pos_embedding"
+HEAD_KEYS = ("head/kernel", "head/bias", "resnet/head/conv2d/kernel", "resnet/head/conv2d/bias")
+PRE_LOGITS_KEYS = ("pre_logits/kernel", "pre_logits/bias")
 
 # Linen block names (vit_jax after checkpoint.load) -> the published pre-Linen names.
 _LINEN_BLOCK_NAMES = {
@@ -278,8 +280,7 @@ def load_checkpoint(path, *, image_size=None, num_classes=None, drop_pre_logits=
     infer, table_of, model_class = _family(tensors)
     config = infer(tensors)
     skip = prepare_config(
-        config, tensors, {k for k in tensors if k.startswith(("head/", "resnet/head/"))},
-        {k for k in tensors if k.startswith("pre_logits/")}, num_classes=num_classes,
+        config, tensors, HEAD_KEYS, PRE_LOGITS_KEYS, num_classes=num_classes,
         drop_pre_logits=drop_pre_logits, image_size=image_size, overrides=overrides,
     )
     model = model_class(**config)
