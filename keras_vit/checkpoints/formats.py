@@ -17,7 +17,7 @@ FORMATS = ("official", "timm", "transformers")
 
 
 def detect_format(path):
-    """The format of ``path`` from its form; raises a ``ValueError`` naming the choices."""
+    """The format of ``path`` from its form: a folder, a state dict extension, else official."""
     path = os.fspath(path)
     if os.path.isdir(path):
         if transformers.is_folder(path):
@@ -28,13 +28,8 @@ def detect_format(path):
         )
     if path.endswith(timm.EXTENSIONS):
         return "timm"
-    if path.endswith(".npz") or not os.path.splitext(path)[1] or "://" in path:
-        return "official"
-    raise ValueError(
-        f"Cannot tell the checkpoint format of {path!r} from its name; use a .npz (official), "
-        f"{'/'.join(timm.EXTENSIONS)} (timm) file or a transformers folder, or pass "
-        f"format= one of {FORMATS}."
-    )
+    # .npz, a URL, a published name; the official reader explains any other file.
+    return "official"
 
 
 def _check_format(format):

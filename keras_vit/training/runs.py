@@ -387,7 +387,7 @@ CONVERT_FORMATS = ("keras", "official", "timm", "transformers", "onnx", "saved_m
 def _target_format(target, format):
     if format:
         return format
-    from keras_vit.checkpoints import export, formats
+    from keras_vit.checkpoints import export, formats, timm
 
     if target.endswith(".keras"):
         return "keras"
@@ -396,10 +396,9 @@ def _target_format(target, format):
             f"The target {target!r} is a folder name: say which with --format transformers or "
             "--format saved_model."
         )
-    try:
+    if target.endswith((".npz", *timm.EXTENSIONS)):
         return formats.detect_format(target)
-    except ValueError:
-        return export.detect_format(target)
+    return export.detect_format(target)
 
 
 def convert(config):
