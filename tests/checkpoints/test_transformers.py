@@ -153,3 +153,12 @@ def test_models_transformers_cannot_express_are_refused(kwargs, words, tmp_path)
     with pytest.raises(ValueError, match=words):
         save_checkpoint(model, tmp_path / "hf", format="transformers")
     assert not list(tmp_path.iterdir())
+
+
+def test_keras_hub_refuses_another_layer_norm_epsilon(tmp_path):
+    pytest.importorskip("keras_hub")
+    from keras_vit import to_keras_hub
+
+    randomise_torch(_hf("classifier")).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="epsilon"):
+        to_keras_hub(load_checkpoint(tmp_path), strict=False)
