@@ -3,6 +3,12 @@
 Both directions for every supported variant: timm writes a state dict, keras_vit loads it and
 gives timm's logits; keras_vit writes it back and timm loads it with ``strict=True`` and gives the
 same logits. Nothing is downloaded.
+
+timm imports torchvision, whose PyPI wheels are CUDA builds that do not load next to a CPU-only
+torch; where timm cannot be imported the comparisons with timm skip, naming the import error,
+and the tests below them (refused variants, bad files) still run. One way to run them all is a
+virtual environment over the system packages with a matching torch and torchvision pair, timm
+imported before TensorFlow (``import timm, pytest; pytest.main([...])``).
 """
 
 from functools import partial
@@ -19,7 +25,7 @@ SMALL = dict(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, mlp_
 
 
 def _timm():
-    """timm, or a skip naming why it cannot be imported (see tests/checkpoints/README.md)."""
+    """timm, or a skip naming why it cannot be imported (see the module docstring)."""
     try:
         import timm
     except Exception as error:  # noqa: BLE001 - torchvision's import fails in many ways
