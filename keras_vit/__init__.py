@@ -7,8 +7,9 @@ Example:
 
 # First: in the `keras-vit` command this picks the Keras backend before Keras is imported.
 from keras_vit import backend_choice as _backend_choice  # noqa: F401
+from keras_vit.checkpoints.export import export_model
+from keras_vit.checkpoints.formats import load_checkpoint, save_checkpoint
 from keras_vit.checkpoints.keras_hub import from_keras_hub, to_keras_hub
-from keras_vit.checkpoints.official import load_checkpoint, save_checkpoint
 from keras_vit.layers.patching import PatchEmbedding, patchify
 from keras_vit.layers.position import resize_position_embedding
 from keras_vit.models.registry import create_model, model_names
@@ -23,6 +24,7 @@ __all__ = [
     "ResNetV2",
     "VisionTransformer",
     "create_model",
+    "export_model",
     "from_keras_hub",
     "load_checkpoint",
     "model_names",

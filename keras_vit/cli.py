@@ -136,9 +136,24 @@ def build_parser():
     mpp.add_argument("--corrupt-rate", type=float, default=0.5)
     _output_args(mpp)
 
-    convert = commands.add_parser("convert", help="official .npz <-> .keras")
-    convert.add_argument("source")
-    convert.add_argument("target")
+    convert = commands.add_parser(
+        "convert", help="between .keras, official .npz, timm, transformers, ONNX, SavedModel, "
+                        "TFLite")
+    convert.add_argument("source", help=".keras, official .npz (or published name), timm "
+                                        ".safetensors/.pth/.bin, or a transformers folder")
+    convert.add_argument("target", help=".keras, .npz, .safetensors/.pth/.bin (timm), .onnx, "
+                                        ".tflite, or a folder with --format")
+    convert.add_argument("--format", help="target format: keras, official, timm, transformers, "
+                                          "onnx, saved_model or tflite (default: from the name)")
+    convert.add_argument("--source-format", help="source format: keras, official, timm or "
+                                                 "transformers (default: from the name)")
+    convert.add_argument("--num-heads", type=int,
+                         help="heads of a timm ViT whose width is not one of timm's named sizes")
+    convert.add_argument("--tanh-gelu", action="store_true",
+                         help="a timm source uses the tanh GELU (act_layer='gelu_tanh'); a state "
+                              "dict does not record it and timm's default is the exact GELU")
+    convert.add_argument("--batch-size", type=int,
+                         help="fixed batch size of an export (default: any; torch ONNX: 1)")
     return parser
 
 

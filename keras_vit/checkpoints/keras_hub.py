@@ -235,6 +235,12 @@ def to_keras_hub(model, *, strict=True):
             "keras-hub only has the exact one, so the outputs would change (about 1e-4). Pass "
             "strict=False to convert anyway."
         )
+    if model.layer_norm_epsilon != LAYER_NORM_EPSILON:
+        raise ValueError(
+            f"keras-hub's ViT uses LayerNorm epsilon {LAYER_NORM_EPSILON}; this model uses "
+            f"{model.layer_norm_epsilon} (e.g. loaded from Hugging Face) and cannot be "
+            "expressed exactly. Save it with save_checkpoint(..., format='transformers') instead."
+        )
     if model.num_classes is None and model.representation_size is not None:
         raise ValueError(
             "A headless model with a pre_logits layer cannot be expressed: a keras-hub "

@@ -9,13 +9,21 @@ unexpected or mis-shaped tensor is reported in one error.
 import math
 import os
 import re
-import tempfile
 import zipfile
 
 import keras
 import numpy as np
 
-from keras_vit.layers.position import resize_position_embedding
+from keras_vit.checkpoints import resnet
+from keras_vit.checkpoints.base import (
+    Entry,
+    assign,
+    export,
+    prepare_config,
+    resize_posemb_tensor,
+    write_atomically,
+)
+from keras_vit.models.resnet_v2 import ResNetV2
 from keras_vit.models.vit import VisionTransformer
 
 VIT_URL = "https://storage.googleapis.com/vit_models/{name}.npz"
@@ -23,6 +31,8 @@ BIT_URL = "https://storage.googleapis.com/bit_models/{name}.npz"
 _VIT_PUBLISHED = re.compile(r"(imagenet21k|imagenet21k\+imagenet2012|augreg|sam|gsam)/[\w\-.+=,]+")
 _BIT_PUBLISHED = re.compile(r"BiT-[MS]-R\d+x\d+(-ILSVRC2012)?")
 POSEMB = "Transformer/posembed_input/pos_embedding"
+HEAD_KEYS = ("head/kernel", "head/bias", "resnet/head/conv2d/kernel", "resnet/head/conv2d/bias")
+PRE_LOGITS_KEYS = ("pre_logits/kernel", "pre_logits/bias")
 
 # Linen block names (vit_jax after checkpoint.load) -> the published pre-Linen names.
 _LINEN_BLOCK_NAMES = {
@@ -31,14 +41,6 @@ _LINEN_BLOCK_NAMES = {
     "LayerNorm_1": "LayerNorm_2",
     "MlpBlock_0": "MlpBlock_3",
 }
-
-
-class Entry:
-    """A model variable and the shape its tensor has in the official file."""
-
-    def __init__(self, variable, file_shape=None):
-        self.variable = variable
-        self.file_shape = tuple(variable.shape) if file_shape is None else tuple(file_shape)
 
 
 # ----------------------------------------------------------------------------- files
@@ -113,48 +115,6 @@ def _normalise_key(key):
     return "/".join(parts)
 
 
-def _assign(table, tensors, skip=()):
-    skip = set(skip)
-    missing = sorted(k for k in table if k not in tensors and k not in skip)
-    unexpected = sorted(k for k in tensors if k not in table and k not in skip)
-    misshaped = []
-    for key, entry in table.items():
-        if key in tensors and key not in skip:
-            shape = tuple(np.shape(tensors[key]))
-            if shape not in (tuple(entry.variable.shape), entry.file_shape):
-                misshaped.append(f"{key}: file {shape}, model {tuple(entry.variable.shape)}")
-    if missing or unexpected or misshaped:
-        lines = []
-        for title, items in (("missing", missing), ("unexpected", unexpected),
-                             ("mis-shaped", sorted(misshaped))):
-            if items:
-                lines.append(f"{len(items)} {title}:\n    " + "\n    ".join(items))
-        raise ValueError(
-            "The checkpoint does not match the model.\n  " + "\n  ".join(lines) + "\nCheck that "
-            "the file belongs to this model family and size, or let load_checkpoint build the "
-            "model from the file."
-        )
-    for key, entry in table.items():
-        if key in skip:
-            continue
-        value = np.asarray(tensors[key]).reshape(entry.variable.shape)
-        entry.variable.assign(value.astype(entry.variable.dtype))
-
-
-def _write_npz(path, arrays):
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(suffix=".npz", dir=directory)
-    os.close(handle)
-    try:
-        np.savez(tmp, **arrays)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
 # ----------------------------------------------------------------------------- ViT tables
 
 
@@ -191,9 +151,7 @@ def vit_table(model):
     _check_official_position(model)
     table = {}
     if model.resnet is not None:
-        from keras_vit.checkpoints.resnet import hybrid_stem_table
-
-        table.update(hybrid_stem_table(model.get_layer("resnet")))
+        table.update(resnet.hybrid_stem_table(model.get_layer("resnet")))
     table.update(_dense("embedding", model.get_layer("embedding").conv))
     if model.classifier == "token":
         table["cls"] = Entry(model.get_layer("cls").cls)
@@ -226,7 +184,7 @@ def _require(tensors, key, what):
     return tensors[key]
 
 
-def vit_config(tensors):
+def infer_vit_config(tensors):
     """Infer ``VisionTransformer`` arguments from the tensors of an official file."""
     kernel = _require(tensors, "embedding/kernel", "patch embedding")
     patch_size, _, in_channels, hidden_size = kernel.shape
@@ -261,10 +219,8 @@ def vit_config(tensors):
     )
     stride = int(patch_size)
     if "conv_root/kernel" in tensors:
-        from keras_vit.checkpoints.resnet import hybrid_stem_config
-
-        resnet, stem_stride = hybrid_stem_config(tensors)
-        config.update(resnet=resnet, num_channels=int(tensors["conv_root/kernel"].shape[2]))
+        stem, stem_stride = resnet.hybrid_stem_config(tensors)
+        config.update(resnet=stem, num_channels=int(tensors["conv_root/kernel"].shape[2]))
         stride *= stem_stride
     config["image_size"] = side * stride
     return config
@@ -275,11 +231,9 @@ def vit_config(tensors):
 
 def _family(tensors):
     if any(key.startswith("resnet/") for key in tensors):
-        from keras_vit.checkpoints import resnet
-
-        return resnet.bit_config, resnet.bit_table, resnet.bit_model_class()
+        return resnet.bit_config, resnet.bit_table, ResNetV2
     if "embedding/kernel" in tensors:
-        return vit_config, vit_table, VisionTransformer
+        return infer_vit_config, vit_table, VisionTransformer
     sample = ", ".join(sorted(tensors)[:5])
     raise ValueError(
         "Not an official ViT, hybrid or BiT checkpoint: it has neither 'embedding/kernel' nor "
@@ -291,9 +245,7 @@ def table_for(model):
     """The official key table of a keras_vit model."""
     if isinstance(model, VisionTransformer):
         return vit_table(model)
-    from keras_vit.checkpoints import resnet
-
-    if isinstance(model, resnet.bit_model_class()):
+    if isinstance(model, ResNetV2):
         return resnet.bit_table(model)
     raise TypeError(
         f"{type(model).__name__} has no official checkpoint layout; expected a keras_vit "
@@ -327,26 +279,12 @@ def load_checkpoint(path, *, image_size=None, num_classes=None, drop_pre_logits=
     tensors = read_checkpoint(path)
     infer, table_of, model_class = _family(tensors)
     config = infer(tensors)
-    skip = set()
-    if num_classes is not None and num_classes != config["num_classes"]:
-        skip |= {k for k in tensors if k.startswith("head/") or k.startswith("resnet/head/")}
-        config["num_classes"] = num_classes or None
-    if drop_pre_logits and config.get("representation_size") is not None:
-        skip |= {k for k in tensors if k.startswith("pre_logits/")}
-        config["representation_size"] = None
-    if image_size is not None:
-        config["image_size"] = image_size
-    config.update(overrides)
+    skip = prepare_config(
+        config, tensors, HEAD_KEYS, PRE_LOGITS_KEYS, num_classes=num_classes,
+        drop_pre_logits=drop_pre_logits, image_size=image_size, overrides=overrides,
+    )
     model = model_class(**config)
-    table = table_of(model)
-    if POSEMB in tensors and model_class is VisionTransformer:
-        target = tuple(model.get_layer("posembed_input").pos_embedding.shape)
-        if tuple(tensors[POSEMB].shape) != target:
-            tensors = dict(tensors)
-            tensors[POSEMB] = resize_position_embedding(
-                tensors[POSEMB], model.grid_size, has_class_token=model.classifier == "token"
-            )
-    _assign(table, tensors, skip)
+    assign(table_of(model), resize_posemb_tensor(tensors, POSEMB, model), skip)
     return model
 
 
@@ -362,8 +300,10 @@ def save_checkpoint(model, path):
     >>> model = load_checkpoint("tests/fixtures/official/vit_tiny_token_norep.npz")
     >>> save_checkpoint(model, os.path.join(tempfile.mkdtemp(), "copy.npz"))
     """
-    arrays = {
-        key: keras.ops.convert_to_numpy(entry.variable).reshape(entry.file_shape)
-        for key, entry in table_for(model).items()
-    }
-    _write_npz(path, arrays)
+    arrays = export(table_for(model))
+    write_atomically(path, lambda tmp: _savez(tmp, arrays))
+
+
+def _savez(path, arrays):
+    with open(path, "wb") as handle:  # a handle keeps np.savez from appending ".npz"
+        np.savez(handle, **arrays)

@@ -10,11 +10,11 @@ Layouts (``docs/official-checkpoints.md`` Sec. 1-2):
   kernel``, ``resnet/group_norm/{gamma,beta}`` and the 1x1-conv head ``resnet/head/conv2d/kernel``
   (1,1,C,K) + ``bias``. Units are numbered with two digits.
 
-``keras_vit.checkpoints.official`` calls these functions; use ``load_checkpoint`` /
-``save_checkpoint`` rather than calling them directly.
+``keras_vit.checkpoints.official`` and ``keras_vit.checkpoints.timm`` call these functions; use
+``load_checkpoint`` / ``save_checkpoint`` rather than calling them directly.
 """
 
-from keras_vit.checkpoints.official import Entry
+from keras_vit.checkpoints.base import Entry
 from keras_vit.layers.resnet import ROOT_WIDTH, plain_number
 
 # BiT TF sub-module -> bit_jax name of the keras_vit PreActivationUnit sub-layer.
@@ -136,10 +136,3 @@ def bit_table(model):
         table[f"{_HEAD}/kernel"] = Entry(head.kernel, (1, 1) + tuple(head.kernel.shape))
         table[f"{_HEAD}/bias"] = Entry(head.bias)
     return table
-
-
-def bit_model_class():
-    """The ``ResNetV2`` class (imported lazily: models import nothing from checkpoints)."""
-    from keras_vit.models.resnet_v2 import ResNetV2
-
-    return ResNetV2

@@ -18,9 +18,9 @@ from keras_vit.layers.attention import MultiHeadSelfAttention
 LAYER_NORM_EPSILON = 1e-6
 
 
-def layer_norm(name, dtype=None):
-    """A LayerNorm with the official epsilon (1e-6)."""
-    return keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, dtype=dtype, name=name)
+def layer_norm(name, dtype=None, epsilon=LAYER_NORM_EPSILON):
+    """A LayerNorm with the official epsilon (1e-6) unless told otherwise."""
+    return keras.layers.LayerNormalization(epsilon=epsilon, dtype=dtype, name=name)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -100,9 +100,11 @@ class EncoderBlock(keras.layers.Layer):
         approximate_gelu=True,
         relative_position=False,
         remat=False,
+        layer_norm_epsilon=LAYER_NORM_EPSILON,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.num_heads = int(num_heads)
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
@@ -115,7 +117,7 @@ class EncoderBlock(keras.layers.Layer):
                 "remat=True needs dropout_rate=0 and attention_dropout_rate=0: the recomputed "
                 "forward pass would draw new dropout masks. Set the rates to 0 or remat=False."
             )
-        self.LayerNorm_0 = layer_norm("LayerNorm_0", self.dtype_policy)
+        self.LayerNorm_0 = layer_norm("LayerNorm_0", self.dtype_policy, self.layer_norm_epsilon)
         self.MultiHeadDotProductAttention_1 = MultiHeadSelfAttention(
             self.num_heads,
             attention_dropout_rate=self.attention_dropout_rate,
@@ -124,7 +126,7 @@ class EncoderBlock(keras.layers.Layer):
             name="MultiHeadDotProductAttention_1",
         )
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
-        self.LayerNorm_2 = layer_norm("LayerNorm_2", self.dtype_policy)
+        self.LayerNorm_2 = layer_norm("LayerNorm_2", self.dtype_policy, self.layer_norm_epsilon)
         self.MlpBlock_3 = MlpBlock(
             self.mlp_dim,
             dropout_rate=self.dropout_rate,
@@ -177,5 +179,6 @@ class EncoderBlock(keras.layers.Layer):
             approximate_gelu=self.approximate_gelu,
             relative_position=self.relative_position,
             remat=self.remat,
+            layer_norm_epsilon=self.layer_norm_epsilon,
         )
         return config

@@ -310,6 +310,28 @@ class PreActivationUnit(_Bottleneck):
 UNITS = {"hybrid": PostActivationUnit, "bit": PreActivationUnit}
 
 
+def max_pool_3x3_stride_2(x):
+    """3x3/2 'valid' max-pool of NHWC ``x``, as the maximum of nine strided slices.
+
+    The numbers are those of ``MaxPooling2D(3, 2, "valid")`` (a maximum is exact). Slices
+    export to every format; the jax backend's pooling primitive becomes a 4-D ONNX ``MaxPool``
+    under jax2onnx, which onnxruntime rejects.
+    """
+    out = None
+    for i in range(3):
+        rows = x[:, i : (i - 2) or None : 2]  # ends -2, -1, None: floor((n - 1) / 2) outputs
+        for j in range(3):
+            window = rows[:, :, j : (j - 2) or None : 2]
+            out = window if out is None else ops.maximum(out, window)
+    return out
+
+
+def _same_padding_3x3_stride_2(size):
+    """TF 'SAME' padding (before, after) of a 3x3/2 window over ``size`` pixels."""
+    total = max((-(-size // 2) - 1) * 2 + 3 - size, 0)
+    return total // 2, total - total // 2
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class ResNetStage(keras.layers.Layer):
     """``num_units`` bottleneck units of width ``features``; the first carries the stride.
@@ -427,7 +449,11 @@ class HybridStem(keras.layers.Layer):
 
     def call(self, inputs):
         x = ops.relu(self.gn_root(self.conv_root(inputs)))
-        x = self.pool(x)
+        if None in tuple(x.shape[1:3]):
+            x = self.pool(x)
+        else:  # zero padding equals the pool's -inf padding here: x >= 0 after the ReLU
+            pads = [(0, 0)] + [_same_padding_3x3_stride_2(n) for n in x.shape[1:3]] + [(0, 0)]
+            x = max_pool_3x3_stride_2(ops.pad(x, pads))
         for stage in self.stages:
             x = stage(x)
         return x
@@ -464,15 +490,13 @@ class BiTRoot(keras.layers.Layer):
         self.conv_root = standardized_conv(self.width, 7, strides=2, style="bit",
                                            dtype=self.dtype_policy, name="conv_root")
         self.pad_pool = keras.layers.ZeroPadding2D(1, dtype=self.dtype_policy, name="pad_pool")
-        self.pool = keras.layers.MaxPooling2D(3, strides=2, padding="valid",
-                                              dtype=self.dtype_policy, name="pool")
 
     def build(self, input_shape):
         self.conv_root.build(input_shape)
 
     def call(self, inputs):
         x = self.conv_root(self.pad_conv(inputs))
-        return self.pool(self.pad_pool(x))
+        return max_pool_3x3_stride_2(self.pad_pool(x))
 
     def compute_output_shape(self, input_shape):
         batch, height, width, _ = input_shape

@@ -111,6 +111,8 @@ class VisionTransformer(keras.Model):
             (Table 3; 0.1 for ViT-L/H).
         attention_dropout_rate: dropout on the attention probabilities.
         approximate_gelu: tanh-approximated GELU (True, as the official checkpoints) or exact.
+        layer_norm_epsilon: epsilon of every LayerNorm; 1e-6 as the official checkpoints
+            (Hugging Face's converted ViTs use 1e-12).
         head_kernel_initializer: head kernel initializer; zeros as the official code.
         head_bias_init: constant head bias (the paper's i21k pre-training used -10).
         num_channels: input channels (3 for RGB, 1 for grayscale).
@@ -165,6 +167,7 @@ class VisionTransformer(keras.Model):
         position_embedding="learned_1d",
         position_embedding_placement="stem",
         remat=False,
+        layer_norm_epsilon=1e-6,
         name="vit",
         **kwargs,
     ):
@@ -239,10 +242,11 @@ class VisionTransformer(keras.Model):
                 approximate_gelu=approximate_gelu,
                 relative_position=position_embedding == "relative",
                 remat=remat,
+                layer_norm_epsilon=layer_norm_epsilon,
                 dtype=dtype,
                 name=f"encoderblock_{i}",
             )(x)
-        x = layer_norm("encoder_norm", dtype)(x)
+        x = layer_norm("encoder_norm", dtype, layer_norm_epsilon)(x)
         x = TokenPooling(classifier, dtype=dtype, name="pool")(x)
         if representation_size is not None:
             x = keras.layers.Dense(
@@ -285,6 +289,7 @@ class VisionTransformer(keras.Model):
         self.position_embedding = position_embedding
         self.position_embedding_placement = position_embedding_placement
         self.remat = bool(remat)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.stride = stride
         self.grid_size = grid_size
         # Names, not layers: the layers are tracked by the functional graph already.
@@ -357,6 +362,7 @@ class VisionTransformer(keras.Model):
             "position_embedding": self.position_embedding,
             "position_embedding_placement": self.position_embedding_placement,
             "remat": self.remat,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
         }
 
     @classmethod

@@ -381,19 +381,55 @@ def pretrain_mpp(config):
     return dict(metrics, output=run_dir)
 
 
+CONVERT_FORMATS = ("keras", "official", "timm", "transformers", "onnx", "saved_model", "tflite")
+
+
+def _target_format(target, format):
+    if format:
+        return format
+    from keras_vit.checkpoints import export, formats, timm
+
+    if target.endswith(".keras"):
+        return "keras"
+    if not os.path.splitext(target)[1] and "://" not in target:
+        raise ValueError(
+            f"The target {target!r} is a folder name: say which with --format transformers or "
+            "--format saved_model."
+        )
+    if target.endswith((".npz", *timm.EXTENSIONS)):
+        return formats.detect_format(target)
+    return export.detect_format(target)
+
+
 def convert(config):
-    """Convert between an official ``.npz`` checkpoint and a ``.keras`` model file."""
-    from keras_vit.checkpoints.official import save_checkpoint
+    """Convert a model between ``.keras``, the checkpoint formats and the export formats.
+
+    Sources: ``.keras``, official ``.npz``, timm ``.safetensors``/``.pth``/``.bin``, a
+    transformers folder. Targets: those, plus ``.onnx``, a SavedModel folder and ``.tflite``.
+    The formats come from the paths unless ``source_format`` / ``format`` name them.
+    """
+    from keras_vit.checkpoints.export import export_model
+    from keras_vit.checkpoints.formats import load_checkpoint, save_checkpoint
 
     source, target = os.fspath(config["source"]), os.fspath(config["target"])
-    kinds = tuple(os.path.splitext(p)[1] for p in (source, target))
-    if kinds not in ((".npz", ".keras"), (".keras", ".npz")):
-        raise ValueError(f"convert goes from .npz to .keras or from .keras to .npz; got "
-                         f"{source!r} -> {target!r}.")
-    model = load_model_file(source)
-    if kinds[1] == ".keras":
-        model.save(target)
+    target_format = _target_format(target, config.get("format"))
+    if target_format not in CONVERT_FORMATS:
+        raise ValueError(f"Unknown target format {target_format!r}; use one of "
+                         f"{CONVERT_FORMATS}.")
+    if os.path.abspath(source) == os.path.abspath(target):
+        raise ValueError("The source and the target are the same file.")
+    if source.endswith(".keras") and config.get("source_format") in (None, "keras"):
+        model = load_model_file(source)
     else:
-        save_checkpoint(model, target)
-    return {"command": "convert", "source": source, "target": target,
+        extra = {"num_heads": config["num_heads"]} if config.get("num_heads") else {}
+        if config.get("tanh_gelu"):
+            extra["approximate_gelu"] = True
+        model = load_checkpoint(source, format=config.get("source_format"), **extra)
+    if target_format == "keras":
+        model.save(target)
+    elif target_format in ("onnx", "saved_model", "tflite"):
+        export_model(model, target, format=target_format, batch_size=config.get("batch_size"))
+    else:
+        save_checkpoint(model, target, format=target_format)
+    return {"command": "convert", "source": source, "target": target, "format": target_format,
             "num_params": int(model.count_params())}

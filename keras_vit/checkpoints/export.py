@@ -1,0 +1,122 @@
+"""Export a keras_vit model for serving: ONNX, TensorFlow SavedModel and TFLite.
+
+Every route goes through Keras' own ``model.export``; TFLite is converted from the SavedModel
+with TensorFlow's ``TFLiteConverter``. The exported graph takes float32 NHWC images in [-1, 1]
+(as the model does) and returns its logits (or features for a model without head).
+
+Routes per backend (what Keras supports):
+
+=============== ======================== ============================ ==========================
+route           jax                      tensorflow                   torch
+=============== ======================== ============================ ==========================
+ONNX            jax2onnx, any batch      tf2onnx, any batch           torch.onnx, fixed batch
+SavedModel      jax2tf                   native                       not available (torch_xla)
+TFLite          from the SavedModel      from the SavedModel          not available
+=============== ======================== ============================ ==========================
+
+Mixed-precision models are refused: Keras' ONNX export needs a float32 policy, and a float32
+export of a float32 model is what reproduces the logits. Rebuild (``model.get_config()`` with
+``dtype="float32"``, then ``set_weights``) to export a mixed-precision model.
+"""
+
+import os
+import shutil
+import tempfile
+
+import keras
+
+from keras_vit.checkpoints.base import write_atomically
+
+FORMATS = ("onnx", "saved_model", "tflite")
+
+
+def detect_format(path):
+    path = os.fspath(path)
+    if path.endswith(".onnx"):
+        return "onnx"
+    if path.endswith(".tflite"):
+        return "tflite"
+    if not os.path.splitext(path)[1] or path.endswith(("_saved_model", ".savedmodel")):
+        return "saved_model"
+    raise ValueError(
+        f"Cannot tell the export format of {path!r}: use a .onnx or .tflite file, or a folder "
+        f"name without extension for a SavedModel, or pass format= one of {FORMATS}."
+    )
+
+
+def _signature(model, batch_size):
+    shape = (batch_size,) + tuple(model.input_shape[1:])
+    return [keras.InputSpec(shape=shape, dtype="float32")]
+
+
+def _check(model, format):
+    if format not in FORMATS:
+        raise ValueError(f"Unknown export format {format!r}; use one of {FORMATS}.")
+    policy = model.dtype_policy
+    if policy.compute_dtype != "float32" or policy.variable_dtype != "float32":
+        raise ValueError(
+            f"The model uses the dtype policy {policy.name!r}; export needs float32 (Keras' ONNX "
+            "export requires it). Rebuild the model with dtype='float32' and copy the weights."
+        )
+    if format != "onnx" and keras.backend.backend() == "torch":
+        raise ValueError(
+            f"Keras exports a {format} from the torch backend only through torch_xla, which "
+            "keras_vit does not use. The weights do not depend on the backend: save the model "
+            "(model.save('model.keras')) and export it under KERAS_BACKEND=jax or tensorflow, "
+            "e.g. KERAS_BACKEND=jax keras-vit convert model.keras model.tflite."
+        )
+
+
+def export_model(model, path, format=None, batch_size=None):
+    """Write ``model`` as ONNX (``.onnx``), a SavedModel (a folder) or TFLite (``.tflite``).
+
+    Args:
+        model: a keras_vit (or any single-input Keras) model in float32.
+        path: the target; its form names the format unless ``format`` is given.
+        format: ``"onnx"``, ``"saved_model"`` or ``"tflite"``.
+        batch_size: a fixed batch size, or None for any batch. The torch backend's ONNX
+            exporter needs a fixed one (1 unless given).
+
+    Example (the paper's ViT, Sec. 3.1; ONNX needs jax2onnx, tf2onnx or torch's exporter):
+    >>> import os, tempfile
+    >>> from keras_vit import VisionTransformer
+    >>> model = VisionTransformer(image_size=32, patch_size=8, hidden_size=32, num_layers=1,
+    ...                           num_heads=4, mlp_dim=64, num_classes=5)
+    >>> path = os.path.join(tempfile.mkdtemp(), "vit.onnx")
+    >>> export_model(model, path)
+    >>> os.path.getsize(path) > 0
+    True
+    """
+    format = format or detect_format(path)
+    _check(model, format)
+    if format == "onnx":
+        if batch_size is None and keras.backend.backend() == "torch":
+            batch_size = 1
+        signature = _signature(model, batch_size)
+        write_atomically(path, lambda tmp: model.export(
+            tmp, format="onnx", input_signature=signature, verbose=False))
+    elif format == "saved_model":
+        signature = _signature(model, batch_size)
+        write_atomically(path, lambda tmp: model.export(
+            tmp, format="tf_saved_model", input_signature=signature, verbose=False))
+    else:
+        write_atomically(path, lambda tmp: _write_tflite(model, tmp, batch_size))
+
+
+def _write_tflite(model, path, batch_size):
+    try:
+        import tensorflow as tf
+    except ImportError as error:
+        raise ImportError(
+            "TFLite export converts a SavedModel with TensorFlow: pip install tensorflow-cpu"
+        ) from error
+    workdir = tempfile.mkdtemp(prefix="keras_vit-savedmodel-")
+    try:
+        saved = os.path.join(workdir, "saved_model")
+        model.export(saved, format="tf_saved_model",
+                     input_signature=_signature(model, batch_size or 1), verbose=False)
+        converter = tf.lite.TFLiteConverter.from_saved_model(saved)
+        with open(path, "wb") as handle:
+            handle.write(converter.convert())
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -1,0 +1,261 @@
+"""Hugging Face transformers ViT folders (``config.json`` + weights) <-> keras_vit models.
+
+A folder written by ``ViTModel.save_pretrained`` or ``ViTForImageClassification.save_pretrained``
+holds ``config.json`` and ``model.safetensors`` (or ``pytorch_model.bin``) in the published key
+layout ``vit.encoder.layer.N.attention.attention.{query,key,value}``, ... The encoder is the
+paper's (pre-LN blocks, class token first, learned 1-D position embedding); what the config
+adds is honoured:
+
+- ``layer_norm_eps`` (1e-12 in the converted Google models) -> ``layer_norm_epsilon``;
+- ``hidden_act``: ``"gelu"`` (exact) -> ``approximate_gelu=False``; ``"gelu_pytorch_tanh"`` /
+  ``"gelu_new"`` (the tanh form of the official code) -> ``True``; others are refused;
+- ``qkv_bias=False`` -> zero biases (exact);
+- ``ViTModel``'s pooler (Dense + tanh on the class token, ``pooler_act="tanh"``) is the paper's
+  pre-logits layer (``representation_size = pooler_output_size``); ``ViTForImageClassification``
+  has no pooler and a ``classifier`` head on the class token.
+
+Transformers has no GAP ViT and no pre-logits layer before a classification head: such models
+are refused when saving. The kernels are PyTorch ``Linear`` weights (out, in); attention kernels
+are the official (D, H, hd) ones flattened.
+"""
+
+import json
+import os
+
+import numpy as np
+
+from keras_vit.checkpoints import official
+from keras_vit.checkpoints.base import (
+    Entry,
+    assign,
+    export,
+    flat,
+    prepare_config,
+    resize_posemb_tensor,
+    torch_conv_kernel,
+    torch_dense_kernel,
+    torch_heads_in,
+    torch_heads_out,
+    write_atomically,
+)
+from keras_vit.checkpoints.timm import read_state_dict
+from keras_vit.models.vit import VisionTransformer
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+ACTIVATIONS = {"gelu": False, "gelu_pytorch_tanh": True, "gelu_new": True}
+# In-memory names of newer transformers releases -> the published file layout.
+_NEW_NAMES = (
+    ("layers.", "encoder.layer."),
+    (".attention.q_proj.", ".attention.attention.query."),
+    (".attention.k_proj.", ".attention.attention.key."),
+    (".attention.v_proj.", ".attention.attention.value."),
+    (".attention.o_proj.", ".attention.output.dense."),
+    (".mlp.fc1.", ".intermediate.dense."),
+    (".mlp.fc2.", ".output.dense."),
+)
+
+
+def is_folder(path):
+    return os.path.isdir(os.fspath(path)) and os.path.isfile(os.path.join(path, "config.json"))
+
+
+def read_folder(path):
+    """``(config dict, {key: numpy array})`` of a transformers folder."""
+    path = os.fspath(path)
+    try:
+        with open(os.path.join(path, "config.json")) as handle:
+            config = json.load(handle)
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path!r} has no readable config.json ({error}).") from None
+    if config.get("model_type") != "vit":
+        raise ValueError(
+            f"{path!r} holds a transformers {config.get('model_type')!r} model; only 'vit' "
+            "(ViTModel, ViTForImageClassification) is supported."
+        )
+    for name in WEIGHT_FILES:
+        if os.path.isfile(os.path.join(path, name)):
+            tensors = read_state_dict(os.path.join(path, name))
+            break
+    else:
+        raise ValueError(
+            f"{path!r} has config.json but none of {WEIGHT_FILES} (sharded checkpoints are not "
+            "supported: save with a larger max_shard_size)."
+        )
+    return config, {_published(key): value for key, value in tensors.items()}
+
+
+def _published(key):
+    for new, old in _NEW_NAMES:
+        key = key.replace(new, old)
+    return key
+
+
+def _prefix(tensors):
+    return "vit." if any(k.startswith("vit.") for k in tensors) else ""
+
+
+def infer_config(hf, tensors):
+    """``VisionTransformer`` arguments from a transformers ViT config and its tensors."""
+    act = hf.get("hidden_act", "gelu")
+    if act not in ACTIVATIONS:
+        raise ValueError(
+            f"hidden_act={act!r} is not a GELU keras_vit has; supported: {sorted(ACTIVATIONS)}."
+        )
+    if hf.get("pooler_act", "tanh") != "tanh":
+        raise ValueError(f"pooler_act={hf['pooler_act']!r} is not supported; only 'tanh' (the "
+                         "paper's pre-logits layer).")
+    prefix = _prefix(tensors)
+    pooler = f"{prefix}pooler.dense.weight"
+    size = hf.get("image_size", 224)
+    return dict(
+        image_size=tuple(size) if isinstance(size, (list, tuple)) else int(size),
+        patch_size=int(hf.get("patch_size", 16)),
+        hidden_size=int(hf["hidden_size"]),
+        num_layers=int(hf["num_hidden_layers"]),
+        num_heads=int(hf["num_attention_heads"]),
+        mlp_dim=int(hf["intermediate_size"]),
+        num_classes=(int(tensors["classifier.weight"].shape[0])
+                     if "classifier.weight" in tensors else None),
+        classifier="token",
+        representation_size=int(tensors[pooler].shape[0]) if pooler in tensors else None,
+        num_channels=int(hf.get("num_channels", 3)),
+        approximate_gelu=ACTIVATIONS[act],
+        layer_norm_epsilon=float(hf.get("layer_norm_eps", 1e-12)),
+    )
+
+
+def table(model):
+    """transformers key -> Entry for a class-token ``VisionTransformer``.
+
+    With a head the layout is ``ViTForImageClassification`` (``vit.`` prefix, ``classifier``);
+    without, ``ViTModel`` (no prefix; a pre-logits layer is its ``pooler``).
+    """
+    check_expressible(model)
+    return layout(model, "vit." if model.num_classes is not None else "")
+
+
+def layout(model, prefix):
+    """The keys of ``model`` under ``prefix`` (a ViTModel folder loaded with a new head too)."""
+    embedding = model.get_layer("embedding").conv
+    t = {
+        f"{prefix}embeddings.cls_token": Entry(model.get_layer("cls").cls),
+        f"{prefix}embeddings.position_embeddings":
+            Entry(model.get_layer("posembed_input").pos_embedding),
+        f"{prefix}embeddings.patch_embeddings.projection.weight":
+            torch_conv_kernel(embedding.kernel),
+        f"{prefix}embeddings.patch_embeddings.projection.bias": Entry(embedding.bias),
+    }
+    for i in range(model.num_layers):
+        block = model.get_layer(f"encoderblock_{i}")
+        attention = block.MultiHeadDotProductAttention_1
+        layer = f"{prefix}encoder.layer.{i}"
+        for name in ("query", "key", "value"):
+            t[f"{layer}.attention.attention.{name}.weight"] = torch_heads_in(
+                getattr(attention, f"{name}_kernel"))
+            t[f"{layer}.attention.attention.{name}.bias"] = flat(
+                getattr(attention, f"{name}_bias"))
+        t[f"{layer}.attention.output.dense.weight"] = torch_heads_out(attention.out_kernel)
+        t[f"{layer}.attention.output.dense.bias"] = Entry(attention.out_bias)
+        for ours, theirs in (("LayerNorm_0", "layernorm_before"),
+                             ("LayerNorm_2", "layernorm_after")):
+            norm = getattr(block, ours)
+            t[f"{layer}.{theirs}.weight"] = Entry(norm.gamma)
+            t[f"{layer}.{theirs}.bias"] = Entry(norm.beta)
+        for ours, theirs in (("Dense_0", "intermediate"), ("Dense_1", "output")):
+            dense = getattr(block.MlpBlock_3, ours)
+            t[f"{layer}.{theirs}.dense.weight"] = torch_dense_kernel(dense.kernel)
+            t[f"{layer}.{theirs}.dense.bias"] = Entry(dense.bias)
+    norm = model.get_layer("encoder_norm")
+    t[f"{prefix}layernorm.weight"] = Entry(norm.gamma)
+    t[f"{prefix}layernorm.bias"] = Entry(norm.beta)
+    if model.representation_size is not None:
+        pre_logits = model.get_layer("pre_logits")
+        t[f"{prefix}pooler.dense.weight"] = torch_dense_kernel(pre_logits.kernel)
+        t[f"{prefix}pooler.dense.bias"] = Entry(pre_logits.bias)
+    if model.num_classes is not None:
+        head = model.get_layer("head")
+        t["classifier.weight"] = torch_dense_kernel(head.kernel)
+        t["classifier.bias"] = Entry(head.bias)
+    return t
+
+
+def check_expressible(model):
+    if not isinstance(model, VisionTransformer) or model.resnet is not None:
+        raise ValueError(
+            "transformers' ViT has no ResNet stem and no BiT model; save hybrids and ResNetV2 "
+            "in the official or timm format."
+        )
+    official._check_official_position(model)
+    if model.classifier != "token":
+        raise ValueError("transformers' ViT pools the class token; a classifier='gap' model "
+                         "cannot be written for it (use the official or timm format).")
+    if model.representation_size is not None and model.num_classes is not None:
+        raise ValueError(
+            "ViTForImageClassification puts its classifier straight on the class token, with "
+            "no pre-logits layer; drop it (load_checkpoint(..., drop_pre_logits=True)) or save "
+            "without a head (ViTModel, whose pooler is the pre-logits layer)."
+        )
+
+
+def hf_config(model):
+    """The ``config.json`` transformers needs to rebuild ``model``."""
+    height, width = model.image_size
+    if height != width:
+        raise ValueError("transformers' ViTConfig has one image_size; this model is "
+                         f"{height}x{width}.")
+    config = dict(
+        model_type="vit",
+        architectures=["ViTForImageClassification" if model.num_classes else "ViTModel"],
+        hidden_size=model.hidden_size, num_hidden_layers=model.num_layers,
+        num_attention_heads=model.num_heads, intermediate_size=model.mlp_dim,
+        hidden_act="gelu_pytorch_tanh" if model.approximate_gelu else "gelu",
+        hidden_dropout_prob=model.dropout_rate,
+        attention_probs_dropout_prob=model.attention_dropout_rate,
+        layer_norm_eps=model.layer_norm_epsilon, image_size=height,
+        patch_size=model.patch_size, num_channels=model.num_channels, qkv_bias=True,
+        pooler_output_size=model.representation_size or model.hidden_size, pooler_act="tanh",
+    )
+    if model.num_classes:
+        config["id2label"] = {str(i): f"LABEL_{i}" for i in range(model.num_classes)}
+        config["label2id"] = {f"LABEL_{i}": i for i in range(model.num_classes)}
+    return config
+
+
+def load(path, *, image_size=None, num_classes=None, drop_pre_logits=False, **overrides):
+    """Build the model a transformers ViT folder describes and load it (see ``load_checkpoint``)."""
+    hf, tensors = read_folder(path)
+    config = infer_config(hf, tensors)
+    prefix = _prefix(tensors)
+    if not hf.get("qkv_bias", True):
+        tensors = dict(tensors)
+        for i in range(config["num_layers"]):
+            for name in ("query", "key", "value"):
+                key = f"{prefix}encoder.layer.{i}.attention.attention.{name}.bias"
+                tensors.setdefault(key, np.zeros(config["hidden_size"], "float32"))
+    head = {"classifier.weight", "classifier.bias"}
+    pooler = {f"{prefix}pooler.dense.weight", f"{prefix}pooler.dense.bias"}
+    skip = prepare_config(config, tensors, head, pooler, num_classes=num_classes,
+                          drop_pre_logits=drop_pre_logits, image_size=image_size,
+                          overrides=overrides)
+    model = VisionTransformer(**config)
+    official._check_official_position(model)
+    key = f"{prefix}embeddings.position_embeddings"
+    assign(layout(model, prefix), resize_posemb_tensor(tensors, key, model), skip,
+           "transformers checkpoint")
+    return model
+
+
+def save(model, path):
+    """Write ``model`` as a transformers folder (``config.json`` + ``model.safetensors``)."""
+    from safetensors.numpy import save_file
+
+    arrays = export(table(model))
+    config = hf_config(model)
+
+    def write(folder):
+        os.makedirs(folder)
+        with open(os.path.join(folder, "config.json"), "w") as handle:
+            json.dump(config, handle, indent=2)
+        save_file(arrays, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+
+    write_atomically(path, write)

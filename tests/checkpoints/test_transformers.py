@@ -1,0 +1,164 @@
+"""Hugging Face transformers ViT folders <-> keras_vit, against the real transformers package.
+
+Small random models in both directions: transformers saves a folder, keras_vit loads it and
+gives the same logits; keras_vit saves a folder, ``from_pretrained`` loads it with no missing
+or unexpected keys and gives the same logits. Nothing is downloaded.
+"""
+
+import json
+
+import numpy as np
+import pytest
+from interop_helpers import assert_close, images, nchw, numpy, randomise_keras, randomise_torch
+
+from keras_vit import VisionTransformer, load_checkpoint, save_checkpoint
+
+transformers = pytest.importorskip("transformers")  # in the dev extra; see the README
+
+SMALL = dict(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2,
+             num_attention_heads=4, intermediate_size=64)
+CONFIGS = {
+    "classifier": dict(num_labels=5),  # hidden_act "gelu" (exact), layer_norm_eps 1e-12
+    "classifier_tanh_1e-6": dict(num_labels=5, hidden_act="gelu_pytorch_tanh",
+                                 layer_norm_eps=1e-6),
+    "classifier_gelu_new": dict(num_labels=5, hidden_act="gelu_new"),
+    "classifier_no_qkv_bias": dict(num_labels=5, qkv_bias=False),
+    "model_pooler": dict(),
+    "model_pooler_narrow": dict(pooler_output_size=16),
+    "model_no_pooler": dict(),
+}
+
+
+def _hf(case):
+    config = transformers.ViTConfig(**SMALL, **CONFIGS[case])
+    if case.startswith("classifier"):
+        return transformers.ViTForImageClassification(config)
+    return transformers.ViTModel(config, add_pooling_layer=case != "model_no_pooler")
+
+
+def _outputs(module, x):
+    import torch
+
+    with torch.no_grad():
+        out = module(nchw(x))
+    if hasattr(out, "logits"):
+        return out.logits.numpy()
+    if out.pooler_output is not None:
+        return out.pooler_output.numpy()
+    return out.last_hidden_state[:, 0].numpy()
+
+
+def _reload(case, folder):
+    cls = type(_hf(case))
+    kwargs = dict(add_pooling_layer=False) if case == "model_no_pooler" else {}
+    module, info = cls.from_pretrained(folder, output_loading_info=True, **kwargs)
+    problems = {k: v for k, v in info.items() if v}
+    assert not problems, problems
+    return module.eval()
+
+
+@pytest.mark.parametrize("case", sorted(CONFIGS))
+def test_transformers_both_ways(case, tmp_path):
+    reference = randomise_torch(_hf(case))
+    reference.save_pretrained(tmp_path / "hf")
+    x = images()
+    model = load_checkpoint(tmp_path / "hf")
+    assert_close(numpy(model(x)), _outputs(reference, x), f"transformers {case} load")
+
+    save_checkpoint(model, tmp_path / "back", format="transformers")
+    assert_close(_outputs(_reload(case, tmp_path / "back"), x), numpy(model(x)),
+                 f"transformers {case} save")
+
+
+def test_pytorch_model_bin_with_in_memory_key_names(tmp_path):
+    """A pytorch_model.bin with the newer in-memory names (layers.N.attention.q_proj)."""
+    import torch
+
+    reference = randomise_torch(_hf("classifier"))
+    reference.config.save_pretrained(tmp_path)
+    torch.save(reference.state_dict(), tmp_path / "pytorch_model.bin")
+    x = images()
+    assert_close(numpy(load_checkpoint(tmp_path)(x)), _outputs(reference, x),
+                 "transformers pytorch_model.bin load")
+
+
+def test_keras_model_to_transformers_and_back_is_exact(tmp_path):
+    model = randomise_keras(VisionTransformer(
+        image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64,
+        num_classes=5))
+    save_checkpoint(model, tmp_path / "hf", format="transformers")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["hidden_act"] == "gelu_pytorch_tanh" and config["layer_norm_eps"] == 1e-6
+    again = load_checkpoint(tmp_path / "hf")
+    for a, b in zip(model.weights, again.weights):
+        np.testing.assert_array_equal(numpy(a), numpy(b))
+    x = images()
+    assert_close(_outputs(_reload("classifier", tmp_path / "hf"), x), numpy(model(x)),
+                 "transformers keras-built save")
+
+
+def test_new_head_and_resolution_on_load(tmp_path):
+    randomise_torch(_hf("model_pooler")).save_pretrained(tmp_path / "hf")
+    model = load_checkpoint(tmp_path / "hf", num_classes=3, image_size=48)
+    assert model.representation_size == 32 and model.num_classes == 3
+    assert numpy(model(images(48))).shape == (2, 3)
+    model = load_checkpoint(tmp_path / "hf", drop_pre_logits=True)
+    assert model.representation_size is None
+
+
+def _edit_config(folder, **changes):
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    config.update(changes)
+    path.write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize("changes, words", [
+    (dict(hidden_act="relu"), "hidden_act='relu'"),
+    (dict(model_type="deit"), "only 'vit'"),
+    (dict(pooler_act="relu"), "pooler_act"),
+])
+def test_unsupported_configs_are_refused(changes, words, tmp_path):
+    randomise_torch(_hf("classifier")).save_pretrained(tmp_path)
+    _edit_config(tmp_path, **changes)
+    with pytest.raises(ValueError, match=words):
+        load_checkpoint(tmp_path)
+
+
+def test_missing_and_truncated_weights(tmp_path):
+    randomise_torch(_hf("classifier")).save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 3])
+    with pytest.raises(ValueError, match="truncated or corrupt"):
+        load_checkpoint(tmp_path)
+    weights.unlink()
+    with pytest.raises(ValueError, match="none of"):
+        load_checkpoint(tmp_path)
+    (tmp_path / "config.json").unlink()
+    with pytest.raises(ValueError, match="without config.json"):
+        load_checkpoint(tmp_path)
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(classifier="gap"), "pools the class token"),
+    (dict(representation_size=16), "no pre-logits layer"),
+    (dict(resnet=dict(num_layers=[1], width_factor=1), patch_size=1), "no ResNet stem"),
+    (dict(position_embedding="learned_2d"), "learned 1-D position embedding"),
+])
+def test_models_transformers_cannot_express_are_refused(kwargs, words, tmp_path):
+    config = dict(image_size=32, patch_size=8, hidden_size=32, num_layers=1, num_heads=4,
+                  mlp_dim=64, num_classes=5)
+    model = VisionTransformer(**dict(config, **kwargs))
+    with pytest.raises(ValueError, match=words):
+        save_checkpoint(model, tmp_path / "hf", format="transformers")
+    assert not list(tmp_path.iterdir())
+
+
+def test_keras_hub_refuses_another_layer_norm_epsilon(tmp_path):
+    pytest.importorskip("keras_hub")
+    from keras_vit import to_keras_hub
+
+    randomise_torch(_hf("classifier")).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="epsilon"):
+        to_keras_hub(load_checkpoint(tmp_path), strict=False)
