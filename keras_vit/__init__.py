@@ -5,6 +5,7 @@ Example:
 >>> model = keras_vit.create_model("ViT-Ti/4", image_size=28, num_classes=10, num_channels=1)
 """
 
+from keras_vit import distribution
 from keras_vit.checkpoints.keras_hub import from_keras_hub, to_keras_hub
 from keras_vit.checkpoints.official import load_checkpoint, save_checkpoint
 from keras_vit.layers.patching import PatchEmbedding, patchify
@@ -21,6 +22,7 @@ __all__ = [
     "ResNetV2",
     "VisionTransformer",
     "create_model",
+    "distribution",
     "from_keras_hub",
     "load_checkpoint",
     "model_names",

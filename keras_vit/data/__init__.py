@@ -20,14 +20,12 @@ from keras_vit.data.datasets import (
 )
 from keras_vit.data.offline import fashion_mnist_dir, load_digits, load_fashion_mnist
 from keras_vit.data.preprocessing import bit_resolution, mixup, preprocess, to_unit_range
-from keras_vit.training.distribution import check_batch_size, num_replicas
 
 __all__ = [
     "DATASETS",
     "DatasetInfo",
     "as_arrays",
     "bit_resolution",
-    "check_batch_size",
     "dataset_info",
     "fashion_mnist_dir",
     "from_arrays",
@@ -36,7 +34,6 @@ __all__ = [
     "load_examples",
     "load_fashion_mnist",
     "mixup",
-    "num_replicas",
     "pipeline",
     "preprocess",
     "resolution",

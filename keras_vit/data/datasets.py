@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from keras_vit.data import offline
 from keras_vit.data.preprocessing import bit_resolution, mixup, per_image, preprocess
-from keras_vit.training.distribution import check_batch_size
+from keras_vit.distribution import check_batch_size
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,6 +13,7 @@ import keras
 import numpy as np
 
 from keras_vit import data
+from keras_vit.distribution import check_batch_size
 from keras_vit.models.registry import create_model
 from keras_vit.training import run_files
 from keras_vit.training.recipes import (
@@ -181,7 +182,7 @@ def train(config):
     model = build_model(config, image_size=image_size, num_classes=info.num_classes,
                         channels=info.channels)
     batch_size = int(config["batch_size"])
-    data.check_batch_size(batch_size)
+    check_batch_size(batch_size)
     examples = data.load_examples(info.name, "train", data_dir=config.get("data_dir"),
                                   max_examples=config.get("train_examples"), shuffle_files=True)
     steps_per_epoch = _steps_per_epoch(examples, batch_size)
@@ -250,7 +251,7 @@ def finetune(config):
     image_size = config.get("image_size") or pretrained.input_shape[1]
     model = prepare_finetuning(pretrained, info.num_classes, image_size=image_size)
     batch_size = int(config["batch_size"])
-    data.check_batch_size(batch_size)
+    check_batch_size(batch_size)
     steps, every = int(config["steps"]), int(config["eval_every"])
     if steps < 1 or every < 1 or steps % every:
         raise ValueError(
@@ -351,7 +352,7 @@ def pretrain_mpp(config):
     encoder = build_model(config, image_size=image_size, num_classes=info.num_classes,
                           channels=info.channels)
     batch_size = int(config["batch_size"])
-    data.check_batch_size(batch_size)
+    check_batch_size(batch_size)
     examples = data.load_examples(info.name, "train", data_dir=config.get("data_dir"),
                                   max_examples=config.get("train_examples"), shuffle_files=True)
     steps_per_epoch = _steps_per_epoch(examples, batch_size)

@@ -10,7 +10,6 @@ import pytest
 
 import keras_vit
 from keras_vit import distribution
-from keras_vit.training import distribution as dist_impl
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -45,7 +44,7 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
 from keras_vit import VisionTransformer
-from keras_vit.training import check_batch_size
+from keras_vit.distribution import check_batch_size
 
 keras.utils.set_random_seed(0)
 reference = VisionTransformer(**CONFIG)
@@ -252,9 +251,9 @@ def _strategy_with(monkeypatch, fake, env=None):
         monkeypatch.delenv(name, raising=False)
     for name, value in (env or {}).items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(dist_impl.glob, "glob", lambda pattern: [])
-    monkeypatch.setattr(dist_impl.os.path, "exists", lambda path: False)
-    return dist_impl.strategy()
+    monkeypatch.setattr(distribution.glob, "glob", lambda pattern: [])
+    monkeypatch.setattr(distribution.os.path, "exists", lambda path: False)
+    return distribution.strategy()
 
 
 def test_strategy_picks_tpu_then_gpus_then_default(monkeypatch):
