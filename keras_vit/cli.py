@@ -161,6 +161,7 @@ def main(argv=None):
     if args.command is None:
         parser.print_help()
         return 2
+    from keras_vit.distribution import data_parallel
     from keras_vit.training import runs
 
     config = vars(args)
@@ -169,6 +170,7 @@ def main(argv=None):
                 "fewshot": runs.fewshot, "pretrain-mpp": runs.pretrain_mpp,
                 "convert": runs.convert}[command]
     try:
+        data_parallel()
         result = function(config)
     except (ValueError, FileNotFoundError, TypeError) as error:
         print(f"keras-vit {command}: error: {error}", file=sys.stderr)

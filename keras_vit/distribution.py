@@ -140,6 +140,27 @@ def check_batch_size(batch_size, replicas=None):
     return batch_size // replicas
 
 
+def data_parallel():
+    """Under jax with several devices, shard every batch over all of them (``keras.distribution
+    .DataParallel``) unless a distribution is already set; returns the number of replicas.
+
+    The CLI and the notebooks call it before building a model. Batch sizes must then divide by
+    the device count (``check_batch_size``); evaluation pipelines pad their last batch
+    (``keras_vit.data.pipeline``). TensorFlow distributes with ``strategy()`` instead, torch on
+    one device.
+
+    Example:
+    >>> data_parallel() == num_replicas()
+    True
+    """
+    if keras.backend.backend() == "jax" and keras.distribution.distribution() is None:
+        devices = keras.distribution.list_devices()
+        if len(devices) > 1:
+            keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
+            _log.info("keras_vit: data parallel over %d devices", len(devices))
+    return num_replicas()
+
+
 def _vit_sizes(model_or_config):
     if isinstance(model_or_config, str):
         from keras_vit.models.registry import vit_config

@@ -1,24 +1,22 @@
-"""The official input preprocessing (tf.data ops; the pipelines feed every Keras backend).
+"""The tf.data path, for tensorflow-datasets: loading, the official preprocessing as TensorFlow ops,
+batching. Imported only when a tfds dataset (or a ``tf.data.Dataset``) is used; in-memory data
+goes through ``keras_vit.data.arrays`` and needs no TensorFlow.
 
-- train (vit_jax / big_vision): an Inception crop (``tf.image.sample_distorted_bounding_box``,
-  area 5%-100%, default aspect ratios) resized to the crop size, or a square resize followed by a
-  random crop (BiT, big_vision ``resize|random_crop``); then a random horizontal flip.
-- eval: a plain bilinear resize to the crop size (no centre crop).
-- values: ``(x - 127.5) / 127.5``, i.e. [-1, 1].
-- BiT's resolution rule: images smaller than 96x96 are resized to 160 and cropped to 128, larger
-  ones to 512 / 480.
-- mixup (BiT): one Beta(alpha, alpha) sample per batch, every image mixed with the reversed batch.
-
-For tiny images (Fashion-MNIST's 28x28) a random translation suits better than a crop that also
-rescales: ``pad_crop`` zero-pads to ``resize_size`` and crops back (the classic CIFAR
-augmentation); it is not part of the official recipes.
+The preprocessing is that of ``keras_vit.data.preprocessing`` (see there), written with
+``tf.image`` so that it runs inside ``Dataset.map``; the Inception crop is
+``tf.image.sample_distorted_bounding_box`` itself.
 """
 
-import tensorflow as tf
+try:
+    import tensorflow as tf
+except ImportError as error:  # e.g. a Colab TPU runtime, which has no TensorFlow
+    raise ImportError(
+        "The tensorflow-datasets datasets need TensorFlow and tensorflow-datasets: "
+        "`pip install tensorflow-cpu tensorflow-datasets` (or `tensorflow` for a GPU). "
+        "Fashion-MNIST, digits and in-memory arrays need neither."
+    ) from error
 
-CROPS = ("inception_crop", "resize_crop", "pad_crop")
-TRAIN_AUGMENTATIONS = (*CROPS, "resize")
-PER_IMAGE = ("inception_crop",)  # crops of a size drawn per image: no batch form
+from keras_vit.data.preprocessing import check_augmentation, per_image
 
 
 def to_unit_range(images):
@@ -30,16 +28,6 @@ def to_unit_range(images):
     [-1.0, 1.0]
     """
     return (tf.cast(images, tf.float32) - 127.5) / 127.5
-
-
-def bit_resolution(height, width):
-    """BiT's rule (bit_hyperrule): ``(resize, crop)`` is (160, 128) below 96x96, else (512, 480).
-
-    Example:
-    >>> bit_resolution(32, 32), bit_resolution(500, 375)
-    ((160, 128), (512, 480))
-    """
-    return (160, 128) if height * width < 96 * 96 else (512, 480)
 
 
 def resize(image, size):
@@ -101,13 +89,6 @@ def convert_channels(image, channels):
     raise ValueError(f"Cannot convert images with {have} channels to {channels} channels.")
 
 
-def per_image(training, augmentation):
-    """Whether ``preprocess`` takes only one image at a time (the Inception crop, whose size is
-    drawn per image); otherwise it also takes a whole batch (N, H, W, C) of equal-sized images,
-    which the pipelines use because it is cheaper."""
-    return bool(training) and augmentation in PER_IMAGE
-
-
 def preprocess(image, *, image_size, training, augmentation="inception_crop", resize_size=None,
                flip=True, channels=None, seed=None):
     """One uint8 (H, W, C) image -> float32 (image_size, image_size, channels) in [-1, 1].
@@ -132,10 +113,7 @@ def preprocess(image, *, image_size, training, augmentation="inception_crop", re
     >>> out.shape, float(out.numpy().min())
     (TensorShape([32, 32, 3]), 1.0)
     """
-    if augmentation not in TRAIN_AUGMENTATIONS:
-        raise ValueError(
-            f"Unknown augmentation {augmentation!r}; use one of {TRAIN_AUGMENTATIONS}."
-        )
+    resize_size = check_augmentation(augmentation, image_size, resize_size)
     image = tf.convert_to_tensor(image)
     if image.shape.rank == 2:
         image = image[..., None]
@@ -145,12 +123,6 @@ def preprocess(image, *, image_size, training, augmentation="inception_crop", re
     if training and augmentation == "inception_crop":
         image = inception_crop(image, image_size, seed=seed)
     elif training and augmentation in ("resize_crop", "pad_crop"):
-        if resize_size is None:
-            resize_size = int(round(image_size * 8 / 7))
-        if resize_size < image_size:
-            raise ValueError(
-                f"resize_size ({resize_size}) must be at least the crop size ({image_size})."
-            )
         crop = resize_random_crop if augmentation == "resize_crop" else pad_random_crop
         image = crop(image, resize_size, image_size, seed=seed)
     elif image.shape[-3] != image_size or image.shape[-2] != image_size:
@@ -181,3 +153,75 @@ def mixup(images, labels, alpha, seed=None):
     images = lam * images + (1.0 - lam) * tf.reverse(images, axis=[0])
     labels = lam * labels + (1.0 - lam) * tf.reverse(labels, axis=[0])
     return images, labels
+
+
+def load_tfds(tfds_name, split, *, channels, data_dir=None, shuffle_files=False):
+    """Raw ``(uint8 image, int64 label)`` examples of a tensorflow-datasets dataset."""
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError as error:
+        raise ImportError(f"The dataset {tfds_name!r} comes from tensorflow-datasets: "
+                          "`pip install tensorflow-datasets`.") from error
+    dataset = tfds.load(tfds_name, split=split, as_supervised=True, data_dir=data_dir,
+                        shuffle_files=shuffle_files)
+    return dataset.map(lambda x, y: (tf.ensure_shape(x, [None, None, channels]), y))
+
+
+def take_per_class(examples, examples_per_class, num_classes, *, seed=0, buffer_size=10_000):
+    """The first ``examples_per_class`` examples of every class after a seeded shuffle (k-shot)."""
+    k, total = int(examples_per_class), int(examples_per_class) * int(num_classes)
+    if k < 1:
+        raise ValueError(
+            f"examples_per_class must be a positive integer, got {examples_per_class!r}.")
+
+    def count(counts, example):
+        label = example[1]
+        keep = counts[label] < k
+        counts = tf.tensor_scatter_nd_add(counts, [[label]], [tf.cast(keep, tf.int64)])
+        return counts, (example, keep)
+
+    shuffled = examples.shuffle(buffer_size, seed=seed, reshuffle_each_iteration=False)
+    kept = shuffled.scan(tf.zeros([num_classes], tf.int64), count).filter(lambda e, keep: keep)
+    return kept.map(lambda example, keep: example).take(total)
+
+
+def pipeline(examples, *, batch_size, image_size, num_classes, training, augmentation="resize_crop",
+             resize_size=None, flip=True, channels=None, mixup_alpha=0.0, shuffle_buffer=10_000,
+             repeat=False, cache=False, seed=0, pad_to=1):
+    """``keras_vit.data.pipeline`` for a ``tf.data.Dataset`` of raw examples (same arguments)."""
+    if cache:
+        examples = examples.cache()
+    if training:
+        examples = examples.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        examples = examples.repeat()
+
+    def prepare(image, label):
+        image = preprocess(image, image_size=image_size, training=training,
+                           augmentation=augmentation, resize_size=resize_size, flip=flip,
+                           channels=channels)
+        return image, tf.one_hot(label, num_classes, dtype=tf.float32)
+
+    same_size = examples.element_spec[0].shape.is_fully_defined()
+    if per_image(training, augmentation) or not same_size:  # per image: map, then batch
+        dataset = examples.map(prepare, num_parallel_calls=tf.data.AUTOTUNE,
+                               deterministic=not training)
+        dataset = dataset.batch(batch_size, drop_remainder=training)
+    else:  # equal-sized images: resize / crop / flip / scale whole batches (far fewer ops)
+        dataset = examples.batch(batch_size, drop_remainder=training)
+        dataset = dataset.map(prepare, num_parallel_calls=tf.data.AUTOTUNE,
+                              deterministic=not training)
+    if training and mixup_alpha > 0:
+        dataset = dataset.map(lambda x, y: mixup(x, y, mixup_alpha))
+    if not training and pad_to > 1:
+        dataset = dataset.map(lambda x, y: _pad(x, y, pad_to))
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _pad(images, labels, multiple):
+    """Pad a batch to a multiple of ``multiple`` with blank, weight-0 examples."""
+    count = tf.shape(images)[0]
+    missing = -count % multiple
+    weights = tf.pad(tf.ones([count], tf.float32), [[0, missing]])
+    images = tf.pad(images, [[0, missing], [0, 0], [0, 0], [0, 0]])
+    return images, tf.pad(labels, [[0, missing], [0, 0]]), weights
