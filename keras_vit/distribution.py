@@ -23,6 +23,7 @@ import logging
 import os
 
 import keras
+import numpy as np
 
 MODEL_AXIS = "model"
 
@@ -159,6 +160,26 @@ def data_parallel():
             keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
             _log.info("keras_vit: data parallel over %d devices", len(devices))
     return num_replicas()
+
+
+def predict(model, inputs, batch_size=256):
+    """``model.predict(inputs)`` that works for any number of inputs on several replicas: the
+    inputs are padded to a multiple of the replicas and the padding's outputs dropped.
+
+    Example:
+    >>> import numpy as np
+    >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    >>> predict(model, np.zeros((3, 2), "float32")).shape
+    (3, 1)
+    """
+    inputs = np.asarray(inputs)
+    replicas = num_replicas()
+    batch_size = min(int(batch_size), max(len(inputs), 1))
+    batch_size += -batch_size % replicas
+    missing = -len(inputs) % replicas
+    padded = np.pad(inputs, ((0, missing),) + ((0, 0),) * (inputs.ndim - 1))
+    outputs = model.predict(padded, batch_size=batch_size, verbose=0)
+    return keras.tree.map_structure(lambda x: x[:len(inputs)], outputs)
 
 
 def _vit_sizes(model_or_config):

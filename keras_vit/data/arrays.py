@@ -7,8 +7,9 @@ pure function of ``(seed, index)``, so runs repeat exactly and an endless traini
 reshuffles at every pass without a new iterator.
 
 On several devices (``keras.distribution.DataParallel``) an evaluation batch must split evenly:
-the last, partial batch is padded to a multiple of the replicas with blank images of weight 0,
-so accuracy over the dataset is what one device gives.
+the last, partial batch is padded to a multiple of the replicas with blank images of weight 0.
+Keras applies sample weights to ``weighted_metrics`` (not to ``metrics``): compile with
+``weighted_metrics=["accuracy"]`` and the accuracy over the dataset is what one device gives.
 """
 
 import dataclasses
@@ -136,6 +137,6 @@ class Batches(keras.utils.PyDataset):
         missing = -len(chosen) % self.pad_to
         if missing:
             pad = ((0, missing),) + ((0, 0),) * (images.ndim - 1)
-            images, labels = np.pad(images, pad), np.pad(labels, pad[:2])
-            weights = np.pad(weights, (0, missing))
+            images, labels = np.pad(images, pad), np.pad(labels, pad[:2], mode="edge")
+            weights = np.pad(weights, (0, missing))  # edge labels: finite losses, weighted 0
         return images, labels, weights

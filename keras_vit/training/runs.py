@@ -111,6 +111,10 @@ def _checkpoint_name(path):
     return stem
 
 
+# Accuracy is a weighted metric: on several devices the last evaluation batch is padded with
+# weight-0 examples (keras_vit.data.pipeline), which plain ``metrics`` would count.
+
+
 def _evaluate(model, dataset):
     results = model.evaluate(dataset, return_dict=True, verbose=0)
     return {f"test_{k}": float(v) for k, v in results.items()}
@@ -209,7 +213,7 @@ def train(config):
         decay=config.get("decay", "cosine"), weight_decay=float(config["weight_decay"]),
         global_clipnorm=config.get("clipnorm", 1.0))
     model.compile(optimizer=optimizer, loss=classification_loss(float(config["label_smoothing"])),
-                  metrics=["accuracy"])
+                  weighted_metrics=["accuracy"])
     resuming = run_files.check_resume(run_dir, config)
     if resuming:
         print(f"Resuming the interrupted run in {run_dir}")
@@ -274,7 +278,7 @@ def finetune(config):
         decay=config.get("decay", "cosine"), use_ema=bool(config.get("use_ema")),
         ema_momentum=float(config.get("ema_momentum", 0.999)))
     model.compile(optimizer=optimizer, loss=classification_loss(float(config["label_smoothing"])),
-                  metrics=["accuracy"])
+                  weighted_metrics=["accuracy"])
     log = run_files.EpochLog(run_dir, keep_existing=False)
     model.fit(train_ds, epochs=steps // every, steps_per_epoch=every, validation_data=test_ds,
               shuffle=False,
@@ -304,7 +308,7 @@ def evaluate(config):
             f"The model has {model.output_shape[-1]} outputs but {info.name} has "
             f"{info.num_classes} "
             "classes; fine-tune it first (keras-vit finetune) or use `keras-vit fewshot`.")
-    model.compile(loss=classification_loss(), metrics=["accuracy"])
+    model.compile(loss=classification_loss(), weighted_metrics=["accuracy"])
     test_ds = data.load(info.name, config.get("split", "test"), training=False,
                         batch_size=int(config["batch_size"]), image_size=model.input_shape[1],
                         data_dir=config.get("data_dir"), max_examples=config.get("test_examples"),
