@@ -50,6 +50,9 @@ def test_tf_pipeline_eval_matches_numpy_and_pads():
     batches = list(data.pipeline(ds, batch_size=8, image_size=16, num_classes=10,
                                  training=False, replicas=4))
     assert [int(b[0].shape[0]) for b in batches] == [8, 4]
+    one = list(data.pipeline(ds.take(9), batch_size=8, image_size=16, num_classes=10,
+                             training=False, replicas=8))[1]  # 1 example padded by 7
+    assert one[0].shape[0] == 8 and one[2].numpy().tolist() == [1] + [0] * 7
     assert batches[1][2].numpy().tolist() == [1, 1, 0, 0]
     x, y = data.as_arrays(batches)
     np.testing.assert_allclose(x, data.preprocess(images, image_size=16, training=False),
