@@ -5,7 +5,11 @@ Example:
 >>> model = keras_vit.create_model("ViT-Ti/4", image_size=28, num_classes=10, num_channels=1)
 """
 
-from keras_vit import distribution
+
+from keras_vit import (
+    _backend,  # noqa: F401  (first: Keras' backend where none was chosen)
+    distribution,
+)
 from keras_vit.checkpoints.keras_hub import from_keras_hub, to_keras_hub
 from keras_vit.checkpoints.official import load_checkpoint, save_checkpoint
 from keras_vit.layers.patching import PatchEmbedding, patchify

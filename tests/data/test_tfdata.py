@@ -119,6 +119,18 @@ except ImportError as error:
     assert "pip install tensorflow-cpu tensorflow-datasets" in result.stdout
 
 
+def test_without_tensorflow_keras_vit_picks_an_installed_backend(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
+    env.update(PYTHONPATH=ROOT, HOME=str(tmp_path), KERAS_HOME=str(tmp_path / "keras"))
+    script = _WITHOUT.format(blocked={"tensorflow"}) + (
+        "import keras_vit, keras; print(keras.backend.backend())")
+    for _ in range(2):  # the second time keras.json exists and names tensorflow
+        result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                                text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert result.stdout.split()[-1] == "jax"
+
+
 def test_tfds_dataset_without_tensorflow_datasets_says_how_to_install():
     result = _run_without({"tensorflow_datasets"}, """
 from keras_vit import data
