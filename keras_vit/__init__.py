@@ -5,8 +5,9 @@ Example:
 >>> model = keras_vit.create_model("ViT-Ti/4", image_size=28, num_classes=10, num_channels=1)
 """
 
-# First: in the `keras-vit` command this picks the Keras backend before Keras is imported.
-from keras_vit import backend_choice as _backend_choice  # noqa: F401
+# First, before Keras is imported: the backend where the user chose none (backend_choice).
+from keras_vit import backend_choice as _backend_choice  # noqa: F401, I001
+from keras_vit import distribution
 from keras_vit.checkpoints.export import export_model
 from keras_vit.checkpoints.formats import load_checkpoint, save_checkpoint
 from keras_vit.checkpoints.keras_hub import from_keras_hub, to_keras_hub
@@ -24,6 +25,7 @@ __all__ = [
     "ResNetV2",
     "VisionTransformer",
     "create_model",
+    "distribution",
     "export_model",
     "from_keras_hub",
     "load_checkpoint",

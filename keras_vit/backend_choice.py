@@ -7,7 +7,12 @@ default, has chosen nothing, and the command then runs on the installed backend 
 for training (``benchmarks/train_step.py``, docs/training.md) and says so. Any other choice is
 kept: ``KERAS_BACKEND=tensorflow keras-vit train`` runs on TensorFlow.
 
-It also quiets the start-up lines of TensorFlow and XLA (oneDNN notices, CUDA probing on a
+A library import (``import keras_vit`` in a notebook) changes nothing the user chose either; only
+where no backend was chosen and the configured one is not installed (TensorFlow, Keras' default,
+on a Colab TPU runtime, which ships none) does it pick jax, else torch, rather than let
+``import keras`` fail.
+
+The command also quiets the start-up lines of TensorFlow and XLA (oneDNN notices, CUDA probing on a
 machine without a GPU) that come before the first epoch; a variable the user set is kept.
 """
 
@@ -97,7 +102,25 @@ def user_backend(environ=None):
 
 def installed(backend):
     modules = {"jax": ("jax", "jaxlib"), "tensorflow": ("tensorflow",), "torch": ("torch",)}
-    return all(importlib.util.find_spec(name) is not None for name in modules[backend])
+    try:
+        return all(importlib.util.find_spec(name) is not None
+                   for name in modules.get(backend, (backend,)))
+    except (ImportError, ValueError):
+        return False
+
+
+def fallback_backend(environ=None):
+    """Where nothing was chosen and Keras' default is not installed, use jax, else torch.
+
+    Returns the backend set here, or None when Keras decides.
+    """
+    environ = os.environ if environ is None else environ
+    if user_backend(environ) is not None or installed(KERAS_DEFAULT):
+        return None
+    backend = next((b for b in ("jax", "torch") if installed(b)), None)
+    if backend is not None:
+        environ["KERAS_BACKEND"] = backend
+    return backend
 
 
 def accelerator():
@@ -178,4 +201,9 @@ def _write(fd, data):
         pass
 
 
-prepare_command_line()  # on import: keras_vit/__init__.py imports this module before Keras
+# On import: keras_vit/__init__.py imports this module before Keras.
+if "keras" not in sys.modules:
+    if is_command_line():
+        prepare_command_line()
+    else:
+        fallback_backend()

@@ -177,6 +177,7 @@ def main(argv=None):
         parser.print_help()
         return 2
     from keras_vit import backend_choice
+    from keras_vit.distribution import data_parallel
     from keras_vit.training import runs
 
     backend_choice.announce()
@@ -187,6 +188,7 @@ def main(argv=None):
                 "fewshot": runs.fewshot, "pretrain-mpp": runs.pretrain_mpp,
                 "convert": runs.convert}[command]
     try:
+        data_parallel()
         result = function(config)
     except (ValueError, FileNotFoundError, TypeError) as error:
         print(f"keras-vit {command}: error: {error}", file=sys.stderr)

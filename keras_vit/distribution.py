@@ -1,8 +1,246 @@
-"""Distribution helpers, public home: ``keras_vit.distribution.layout_map`` and friends.
+"""Training on several devices: tf.distribute strategies and Keras (jax) layouts.
 
-The implementation lives in ``keras_vit.training.distribution``; see its docstring.
+TensorFlow backend: build, compile and ``fit`` under ``strategy().scope()``; the strategy is a
+``TPUStrategy`` on a TPU runtime (Colab, Cloud TPU VM), a ``MirroredStrategy`` over several GPUs,
+and TensorFlow's default (single-device) strategy otherwise.
+
+JAX backend: ``keras.distribution`` does the work. ``DataParallel()`` replicates the model and
+splits every batch over the devices; ``ModelParallel`` also splits the weights, following
+``layout_map``: the attention query/key/value/out kernels are split by heads and the MLP by its
+hidden units along a ``"model"`` mesh axis (the Megatron-LM layout), so each device holds
+1/model_size of the encoder's weights. Set the distribution *before* building the model::
+
+    mesh = keras.distribution.DeviceMesh((2, 4), ("batch", "model"))
+    keras.distribution.set_distribution(keras.distribution.ModelParallel(
+        layout_map=keras_vit.distribution.layout_map("ViT-B/16", mesh), batch_dim_name="batch"))
+    model = keras_vit.create_model("ViT-B/16")
+
+In both cases the global batch must divide evenly over the replicas: ``check_batch_size``.
 """
 
-from keras_vit.training.distribution import check_batch_size, layout_map, num_replicas, strategy
+import glob
+import logging
+import os
 
-__all__ = ["check_batch_size", "layout_map", "num_replicas", "strategy"]
+import keras
+import numpy as np
+
+MODEL_AXIS = "model"
+
+# (pattern over variable paths, sharded axes); each pattern matches one weight of every block.
+_VIT_LAYOUT = (
+    (r".*MultiHeadDotProductAttention_1/(query|key|value)_kernel", (None, MODEL_AXIS, None)),
+    (r".*MultiHeadDotProductAttention_1/(query|key|value)_bias", (MODEL_AXIS, None)),
+    (r".*MultiHeadDotProductAttention_1/out_kernel", (MODEL_AXIS, None, None)),
+    (r".*MlpBlock_3/Dense_0/kernel", (None, MODEL_AXIS)),
+    (r".*MlpBlock_3/Dense_0/bias", (MODEL_AXIS,)),
+    (r".*MlpBlock_3/Dense_1/kernel", (MODEL_AXIS, None)),
+)
+
+_log = logging.getLogger("keras_vit")
+
+
+def _tpu_resolver(tf):
+    """A connected-to-nothing-yet TPU cluster resolver when this runtime has a TPU, else None.
+
+    The environment is checked first (Colab's COLAB_TPU_ADDR, TPU_NAME, a TPU VM's /dev/accel*
+    or /dev/vfio devices), so that machines without a TPU never wait on a metadata server.
+    """
+    has_tpu_hint = (
+        os.environ.get("COLAB_TPU_ADDR")
+        or os.environ.get("TPU_NAME")
+        or glob.glob("/dev/accel*")
+        or os.path.exists("/dev/vfio/0")
+    )
+    if not has_tpu_hint:
+        return None
+    for tpu in (None, "local"):
+        try:
+            return tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
+        except (ValueError, RuntimeError, KeyError):
+            continue
+    return None
+
+
+def strategy():
+    """The ``tf.distribute`` strategy for this machine (TensorFlow backend).
+
+    Returns ``TPUStrategy`` on a TPU runtime (after connecting to and initialising the TPU
+    system), ``MirroredStrategy`` when TensorFlow sees several GPUs, and the default strategy
+    (one device) otherwise. Under the jax and torch backends it returns None and logs how those
+    backends distribute instead (``keras.distribution`` and ``layout_map`` for jax).
+
+    Example:
+    >>> import keras
+    >>> s = strategy()
+    >>> (s is None) == (keras.backend.backend() != "tensorflow")
+    True
+    """
+    if keras.backend.backend() != "tensorflow":
+        _log.info(
+            "keras_vit.distribution.strategy() is for the TensorFlow backend (KERAS_BACKEND="
+            "tensorflow); under %s use keras.distribution (DataParallel, or ModelParallel with "
+            "keras_vit.distribution.layout_map) with jax, or a single device with torch.",
+            keras.backend.backend(),
+        )
+        return None
+    import tensorflow as tf
+
+    resolver = _tpu_resolver(tf)
+    if resolver is not None:
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    gpus = tf.config.list_logical_devices("GPU")
+    if len(gpus) > 1:
+        return tf.distribute.MirroredStrategy([gpu.name for gpu in gpus])
+    return tf.distribute.get_strategy()
+
+
+def num_replicas():
+    """How many data-parallel replicas the current setting splits a batch into.
+
+    TensorFlow: the current ``tf.distribute`` strategy's ``num_replicas_in_sync`` (inside its
+    scope). Other backends: the batch axis of the ``keras.distribution`` distribution, or 1.
+    """
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        return int(tf.distribute.get_strategy().num_replicas_in_sync)
+    distribution = keras.distribution.distribution()
+    if distribution is None:
+        return 1
+    mesh = distribution.device_mesh
+    axis = list(mesh.axis_names).index(distribution.batch_dim_name)
+    return int(mesh.shape[axis])
+
+
+def check_batch_size(batch_size, replicas=None):
+    """Check that a global batch splits evenly over the replicas; returns the per-replica size.
+
+    Args:
+        batch_size: the global batch size.
+        replicas: number of replicas; by default ``num_replicas()``.
+
+    Example:
+    >>> check_batch_size(512, replicas=8)
+    64
+    """
+    replicas = num_replicas() if replicas is None else int(replicas)
+    if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
+        raise ValueError(f"The batch size must be a positive integer, got {batch_size!r}.")
+    batch_size = int(batch_size)
+    if batch_size % replicas:
+        lower = max(replicas, batch_size // replicas * replicas)
+        raise ValueError(
+            f"The global batch size {batch_size} is not divisible by the {replicas} replicas of "
+            "the current distribution strategy (the number of replicas): every device must get "
+            f"the same number of examples. Use a multiple of {replicas}, e.g. {lower} or "
+            f"{lower + replicas}."
+        )
+    return batch_size // replicas
+
+
+def data_parallel():
+    """Under jax with several devices, shard every batch over all of them (``keras.distribution
+    .DataParallel``) unless a distribution is already set; returns the number of replicas.
+
+    The CLI and the notebooks call it before building a model. Batch sizes must then divide by
+    the device count (``check_batch_size``); evaluation pipelines pad their last batch
+    (``keras_vit.data.pipeline``). TensorFlow distributes with ``strategy()`` instead, torch on
+    one device.
+
+    Example:
+    >>> data_parallel() == num_replicas()
+    True
+    """
+    if keras.backend.backend() == "jax" and keras.distribution.distribution() is None:
+        devices = keras.distribution.list_devices()
+        if len(devices) > 1:
+            keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
+            _log.info("keras_vit: data parallel over %d devices", len(devices))
+    return num_replicas()
+
+
+def predict(model, inputs, batch_size=256):
+    """``model.predict(inputs)`` that works for any number of inputs on several replicas: the
+    inputs are padded to a multiple of the replicas and the padding's outputs dropped.
+
+    Example:
+    >>> import numpy as np
+    >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    >>> predict(model, np.zeros((3, 2), "float32")).shape
+    (3, 1)
+    """
+    inputs = np.asarray(inputs)
+    replicas = num_replicas()
+    batch_size = min(int(batch_size), max(len(inputs), 1))
+    batch_size += -batch_size % replicas
+    missing = -len(inputs) % replicas
+    padded = np.pad(inputs, ((0, missing),) + ((0, 0),) * (inputs.ndim - 1))
+    outputs = model.predict(padded, batch_size=batch_size, verbose=0)
+    return keras.tree.map_structure(lambda x: x[:len(inputs)], outputs)
+
+
+def _vit_sizes(model_or_config):
+    if isinstance(model_or_config, str):
+        from keras_vit.models.registry import vit_config
+
+        model_or_config = vit_config(model_or_config)
+    if isinstance(model_or_config, dict):
+        config = model_or_config
+    elif hasattr(model_or_config, "num_heads") and hasattr(model_or_config, "mlp_dim"):
+        config = {"num_heads": model_or_config.num_heads, "mlp_dim": model_or_config.mlp_dim}
+    else:
+        raise TypeError(
+            "layout_map expects a VisionTransformer, its config dict, or a name like 'ViT-B/16'; "
+            f"got {type(model_or_config).__name__}."
+        )
+    missing = {"num_heads", "mlp_dim"} - set(config)
+    if missing:
+        raise ValueError(f"The ViT config lacks {sorted(missing)}.")
+    return int(config["num_heads"]), int(config["mlp_dim"])
+
+
+def layout_map(model_or_config, mesh, model_axis=MODEL_AXIS):
+    """A ``keras.distribution.LayoutMap`` sharding a ViT's encoder over a mesh axis.
+
+    The query/key/value kernels (D, H, hd) and biases (H, hd) and the out kernel (H, hd, D) are
+    split by heads; the MLP's ``Dense_0`` kernel (D, M) and bias by columns and ``Dense_1``
+    kernel (M, D) by rows. Everything else (embedding, position embedding, LayerNorms, head, a
+    hybrid's ResNet) is replicated. Use it with ``keras.distribution.ModelParallel``.
+
+    Args:
+        model_or_config: a ``VisionTransformer``, its config (``get_config()`` or the keyword
+            arguments) or a paper name such as ``"ViT-B/16"``; only num_heads and mlp_dim matter.
+        mesh: a ``keras.distribution.DeviceMesh`` with an axis named ``model_axis``.
+        model_axis: the mesh axis that splits the weights.
+
+    Example:
+    >>> import keras
+    >>> mesh = keras.distribution.DeviceMesh((1, 1), ("batch", "model"), ["cpu:0"])
+    >>> layouts = layout_map("ViT-B/16", mesh)
+    >>> layouts["encoderblock_0/MlpBlock_3/Dense_0/kernel"].axes
+    (None, 'model')
+    """
+    num_heads, mlp_dim = _vit_sizes(model_or_config)
+    if not isinstance(mesh, keras.distribution.DeviceMesh):
+        raise TypeError(f"mesh must be a keras.distribution.DeviceMesh, got {type(mesh).__name__}.")
+    names = list(mesh.axis_names)
+    if model_axis not in names:
+        raise ValueError(
+            f"The mesh has no {model_axis!r} axis (its axes are {names}); build it as e.g. "
+            f"DeviceMesh((data, model), ('batch', '{model_axis}')), or pass model_axis=."
+        )
+    size = int(mesh.shape[names.index(model_axis)])
+    for what, count in (("num_heads", num_heads), ("mlp_dim", mlp_dim)):
+        if count % size:
+            raise ValueError(
+                f"{what} ({count}) is not divisible by the {model_axis!r} mesh axis ({size}); "
+                f"use a model axis size that divides both num_heads ({num_heads}) and mlp_dim "
+                f"({mlp_dim})."
+            )
+    layouts = keras.distribution.LayoutMap(mesh)
+    for pattern, axes in _VIT_LAYOUT:
+        layouts[pattern] = tuple(model_axis if a == MODEL_AXIS else a for a in axes)
+    return layouts

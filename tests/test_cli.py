@@ -91,7 +91,7 @@ def test_bad_inputs(tmp_path, capsys, monkeypatch):
     assert "No model file" in capsys.readouterr().err
     assert cli.main(["convert", "a.keras", "a.keras"]) == 1
     assert "same file" in capsys.readouterr().err
-    from keras_vit.training import distribution
+    from keras_vit import distribution
 
     monkeypatch.setattr(distribution, "num_replicas", lambda: 3)
     assert cli.main(["train", *TINY, *out]) == 1

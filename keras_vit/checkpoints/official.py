@@ -11,7 +11,6 @@ import os
 import re
 import zipfile
 
-import keras
 import numpy as np
 
 from keras_vit.checkpoints import resnet
@@ -67,15 +66,10 @@ def resolve(path):
             f"No checkpoint file at {path!r}. Pass the path of an official .npz file, a URL, or a "
             "published name such as 'imagenet21k/ViT-B_16' or 'BiT-M-R50x1'."
         )
-    fname = url.rstrip("/").split("/")[-1]
+    from keras_vit.downloads import check_zip, download
+
     subdir = os.path.join("keras_vit", *url.split("/")[-2:-1])
-    try:
-        return keras.utils.get_file(fname=fname, origin=url, cache_subdir=subdir)
-    except Exception as error:  # get_file raises several types depending on the failure
-        raise ConnectionError(
-            f"Could not download {url} ({type(error).__name__}: {error}). Without network access, "
-            "fetch the file on another machine and pass its local path."
-        ) from error
+    return download(url, cache_subdir=subdir, check=check_zip)
 
 
 def read_checkpoint(path):

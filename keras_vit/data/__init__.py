@@ -1,4 +1,7 @@
-"""Input data: named datasets, offline Fashion-MNIST and digits, the official preprocessing.
+"""Input data: named datasets, Fashion-MNIST and digits in memory, the official preprocessing.
+
+In-memory data needs only numpy; the tensorflow-datasets datasets need TensorFlow, imported
+when one is loaded.
 
 Example:
 >>> from keras_vit import data
@@ -6,12 +9,12 @@ Example:
 10
 """
 
+from keras_vit.data.arrays import Batches, Examples, from_arrays
 from keras_vit.data.datasets import (
     DATASETS,
     DatasetInfo,
     as_arrays,
     dataset_info,
-    from_arrays,
     load,
     load_examples,
     pipeline,
@@ -20,14 +23,14 @@ from keras_vit.data.datasets import (
 )
 from keras_vit.data.offline import fashion_mnist_dir, load_digits, load_fashion_mnist
 from keras_vit.data.preprocessing import bit_resolution, mixup, preprocess, to_unit_range
-from keras_vit.training.distribution import check_batch_size, num_replicas
 
 __all__ = [
     "DATASETS",
+    "Batches",
+    "Examples",
     "DatasetInfo",
     "as_arrays",
     "bit_resolution",
-    "check_batch_size",
     "dataset_info",
     "fashion_mnist_dir",
     "from_arrays",
@@ -36,7 +39,6 @@ __all__ = [
     "load_examples",
     "load_fashion_mnist",
     "mixup",
-    "num_replicas",
     "pipeline",
     "preprocess",
     "resolution",

@@ -1,8 +1,10 @@
-"""Named datasets and the tf.data input pipeline (usable by every Keras backend).
+"""Named datasets and the input pipeline (usable by every Keras backend).
 
 ``load("cifar10", "train", image_size=384, batch_size=512)`` gives batches of float32 images in
 [-1, 1] with the official train or eval preprocessing and one-hot float32 labels (soft labels
-with mixup). Keras' ``fit`` takes such a ``tf.data.Dataset`` under jax, tensorflow and torch.
+with mixup), ready for Keras' ``fit`` under jax, tensorflow and torch. In-memory data
+(Fashion-MNIST, digits, ``from_arrays``) goes through numpy (``keras_vit.data.arrays``) and needs
+no TensorFlow; the tensorflow-datasets datasets go through tf.data (``keras_vit.data.tfdata``).
 
 The generic split names ``"train"`` and ``"test"`` map to each dataset's own splits (ImageNet's
 test split is ``validation``); any other split string (``"train[:98%]"``) goes to tfds unchanged.
@@ -11,11 +13,11 @@ test split is ``validation``); any other split string (``"train[:98%]"``) goes t
 import dataclasses
 
 import numpy as np
-import tensorflow as tf
 
-from keras_vit.data import offline
-from keras_vit.data.preprocessing import bit_resolution, mixup, per_image, preprocess
-from keras_vit.training.distribution import check_batch_size
+from keras_vit.data import arrays, offline
+from keras_vit.data.arrays import Examples, from_arrays
+from keras_vit.data.preprocessing import bit_resolution
+from keras_vit.distribution import check_batch_size, num_replicas
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +80,8 @@ def _split_name(info, split):
 
 
 def load_examples(name, split="train", *, data_dir=None, max_examples=None, shuffle_files=False):
-    """Raw ``(uint8 image (H, W, C), int64 label)`` examples of a named dataset (tf.data).
+    """Raw examples of a named dataset: ``Examples`` (uint8 images (N, H, W, C), int64 labels)
+    for the in-memory datasets, a ``tf.data.Dataset`` of such pairs for the tfds ones.
 
     Args:
         name: a key of ``DATASETS``.
@@ -95,106 +98,74 @@ def load_examples(name, split="train", *, data_dir=None, max_examples=None, shuf
             loaded = offline.load_fashion_mnist(data_dir, num_train=count[0], num_test=count[1])
         else:
             loaded = offline.load_digits()
-        images, labels = loaded[0] if real_split == "train" else loaded[1]
-        return from_arrays(images[:max_examples], labels[:max_examples])
-    import tensorflow_datasets as tfds
+        return from_arrays(*loaded[0 if real_split == "train" else 1]).take(max_examples)
+    from keras_vit.data import tfdata
 
-    dataset = tfds.load(info.tfds_name, split=real_split, as_supervised=True, data_dir=data_dir,
-                        shuffle_files=shuffle_files)
-    channels = info.channels
-    dataset = dataset.map(lambda x, y: (tf.ensure_shape(x, [None, None, channels]), y))
+    dataset = tfdata.load_tfds(info.tfds_name, real_split, channels=info.channels,
+                               data_dir=data_dir, shuffle_files=shuffle_files)
     return dataset if max_examples is None else dataset.take(max_examples)
 
 
-def from_arrays(images, labels):
-    """Examples from numpy arrays: images (N, H, W[, C]) uint8 in 0..255, labels (N,) ints."""
-    images, labels = np.asarray(images), np.asarray(labels)
-    if images.ndim == 3:
-        images = images[..., None]
-    if images.ndim != 4 or len(images) != len(labels):
-        raise ValueError(
-            f"Expected images (N, H, W[, C]) and labels (N,), got {images.shape} and "
-            f"{labels.shape}."
-        )
-    return tf.data.Dataset.from_tensor_slices((images, labels.astype(np.int64)))
-
-
-def take_per_class(examples, examples_per_class, num_classes, *, seed=0, buffer_size=10_000):
-    """The first ``examples_per_class`` examples of every class after a seeded shuffle (k-shot).
+def take_per_class(examples, examples_per_class, num_classes, *, seed=0):
+    """The first ``examples_per_class`` examples of every class after a seeded shuffle (k-shot),
+    of ``Examples`` or a ``tf.data.Dataset``.
 
     Example:
     >>> ds = from_arrays(np.zeros((30, 2, 2, 1), np.uint8), np.arange(30) % 3)
-    >>> sorted(int(y) for _, y in take_per_class(ds, 2, 3))
+    >>> sorted(take_per_class(ds, 2, 3).labels.tolist())
     [0, 0, 1, 1, 2, 2]
     """
-    k, total = int(examples_per_class), int(examples_per_class) * int(num_classes)
-    if k < 1:
-        raise ValueError(
-            f"examples_per_class must be a positive integer, got {examples_per_class!r}.")
+    if isinstance(examples, Examples):
+        return arrays.take_per_class(examples, examples_per_class, num_classes, seed=seed)
+    from keras_vit.data import tfdata
 
-    def count(counts, example):
-        label = example[1]
-        keep = counts[label] < k
-        counts = tf.tensor_scatter_nd_add(counts, [[label]], [tf.cast(keep, tf.int64)])
-        return counts, (example, keep)
-
-    shuffled = examples.shuffle(buffer_size, seed=seed, reshuffle_each_iteration=False)
-    kept = shuffled.scan(tf.zeros([num_classes], tf.int64), count).filter(lambda e, keep: keep)
-    return kept.map(lambda example, keep: example).take(total)
+    return tfdata.take_per_class(examples, examples_per_class, num_classes, seed=seed)
 
 
 def pipeline(examples, *, batch_size, image_size, num_classes, training, augmentation="resize_crop",
-             resize_size=None, flip=True, channels=None, mixup_alpha=0.0, shuffle_buffer=10_000,
-             repeat=False, cache=False, seed=0, replicas=None):
+             resize_size=None, flip=True, channels=None, mixup_alpha=0.0, repeat=False,
+             cache=False, seed=0, replicas=None, **tf_options):
     """Batches of preprocessed images and one-hot labels from raw examples.
 
+    ``Examples`` give a ``keras.utils.PyDataset`` of numpy batches (``arrays.Batches``), a
+    ``tf.data.Dataset`` gives a ``tf.data.Dataset`` (``tfdata.pipeline``).
+
     Args:
-        examples: a tf.data.Dataset of (uint8 image, int label), e.g. from ``load_examples``.
+        examples: raw examples, e.g. from ``load_examples`` or ``from_arrays``.
         batch_size: global batch size; must divide by the replicas (``check_batch_size``).
         image_size: output side (crop size).
         num_classes: size of the one-hot labels.
         training: shuffle, augment (``augmentation``, ``flip``), drop the last partial batch,
-            optional ``mixup_alpha``. Otherwise: resize only, keep every example, in order.
+            optional ``mixup_alpha``. Otherwise: resize only, keep every example, in order; on
+            several replicas the last batch is padded with weight-0 blanks to divide evenly
+            (batches are then ``(images, labels, sample_weights)``).
         augmentation, resize_size, flip, channels: see ``keras_vit.data.preprocessing.preprocess``.
         mixup_alpha: BiT mixup when > 0 (training only).
         repeat: repeat forever (step-based training).
-        cache: cache the raw examples in memory (small datasets).
+        cache: cache the raw examples in memory (tf.data; in-memory examples are in memory).
         seed: shuffle / augmentation seed.
-        replicas: number of replicas for the batch-size check; None asks the current strategy.
+        replicas: number of replicas for the batch-size check; None asks the current distribution.
+        **tf_options: ``shuffle_buffer`` for a tf.data pipeline.
 
     Example:
     >>> ds = from_arrays(np.zeros((10, 28, 28, 1), np.uint8), np.arange(10))
-    >>> x, y = next(iter(pipeline(ds, batch_size=4, image_size=28, num_classes=10,
-    ...                           training=True)))
+    >>> x, y = pipeline(ds, batch_size=4, image_size=28, num_classes=10, training=True)[0]
     >>> x.shape, y.shape
-    (TensorShape([4, 28, 28, 1]), TensorShape([4, 10]))
+    ((4, 28, 28, 1), (4, 10))
     """
+    replicas = num_replicas() if replicas is None else int(replicas)
     check_batch_size(batch_size, replicas)
-    if cache:
-        examples = examples.cache()
-    if training:
-        examples = examples.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        examples = examples.repeat()
+    options = dict(batch_size=batch_size, image_size=image_size, num_classes=num_classes,
+                   training=training, augmentation=augmentation, resize_size=resize_size,
+                   flip=flip, channels=channels, mixup_alpha=mixup_alpha, repeat=repeat,
+                   seed=seed, pad_to=replicas)
+    if isinstance(examples, Examples):
+        if tf_options:
+            raise TypeError(f"Unexpected options for in-memory examples: {sorted(tf_options)}.")
+        return arrays.Batches(examples, **options)
+    from keras_vit.data import tfdata
 
-    def prepare(image, label):
-        image = preprocess(image, image_size=image_size, training=training,
-                           augmentation=augmentation, resize_size=resize_size, flip=flip,
-                           channels=channels)
-        return image, tf.one_hot(label, num_classes, dtype=tf.float32)
-
-    same_size = examples.element_spec[0].shape.is_fully_defined()
-    if per_image(training, augmentation) or not same_size:  # per image: map, then batch
-        dataset = examples.map(prepare, num_parallel_calls=tf.data.AUTOTUNE,
-                               deterministic=not training)
-        dataset = dataset.batch(batch_size, drop_remainder=training)
-    else:  # equal-sized images: resize / crop / flip / scale whole batches (far fewer ops)
-        dataset = examples.batch(batch_size, drop_remainder=training)
-        dataset = dataset.map(prepare, num_parallel_calls=tf.data.AUTOTUNE,
-                              deterministic=not training)
-    if training and mixup_alpha > 0:
-        dataset = dataset.map(lambda x, y: mixup(x, y, mixup_alpha))
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    return tfdata.pipeline(examples, cache=cache, **options, **tf_options)
 
 
 def resolution(name, image_size=None):
@@ -231,8 +202,8 @@ def load(name, split="train", *, batch_size, image_size=None, training=None, dat
 
     Example:
     >>> ds = load("digits", "test", batch_size=8, image_size=16)
-    >>> next(iter(ds))[0].shape
-    TensorShape([8, 16, 16, 1])
+    >>> ds[0][0].shape
+    (8, 16, 16, 1)
     """
     info = dataset_info(name)
     training = split == "train" if training is None else bool(training)
@@ -248,15 +219,19 @@ def load(name, split="train", *, batch_size, image_size=None, training=None, dat
 
 
 def as_arrays(dataset):
-    """Concatenate a (images, one-hot labels) dataset into numpy ``(images, int labels)``.
+    """Concatenate the batches of a pipeline into numpy ``(images, int labels)``, leaving out the
+    weight-0 padding of an evaluation pipeline on several replicas.
 
     Example:
     >>> x, y = as_arrays(load("digits", "test", batch_size=512, image_size=8))
     >>> x.shape, y.shape, bool(x.min() >= -1 and x.max() <= 1)
     ((899, 8, 8, 1), (899,), True)
     """
+    batches = (dataset[i] for i in range(len(dataset))) if isinstance(
+        dataset, arrays.Batches) else dataset
     images, labels = [], []
-    for x, y in dataset:
-        images.append(np.asarray(x))
-        labels.append(np.argmax(np.asarray(y), axis=-1))
+    for batch in batches:
+        keep = slice(None) if len(batch) == 2 else np.asarray(batch[2]) > 0
+        images.append(np.asarray(batch[0])[keep])
+        labels.append(np.argmax(np.asarray(batch[1]), axis=-1)[keep])
     return np.concatenate(images), np.concatenate(labels)

@@ -1,8 +1,9 @@
-"""Real image data that needs no network: Fashion-MNIST (Debian package) and scikit-learn digits.
+"""In-memory image data: Fashion-MNIST and scikit-learn digits (numpy only, no TensorFlow).
 
-Fashion-MNIST (Xiao et al. 2017; 60k/10k grey 28x28 clothing images, 10 classes) is read from the
-IDX files of Debian's ``dataset-fashion-mnist`` package, or from the same files in the Keras cache
-(``keras.datasets.fashion_mnist.load_data()`` puts them there when it has network access). The
+Fashion-MNIST (Xiao et al. 2017; 60k/10k grey 28x28 clothing images, 10 classes) is read from its
+four IDX files: a local folder first (``$KERAS_VIT_FASHION_MNIST``, Debian's
+``dataset-fashion-mnist`` package, the Keras cache), else they are downloaded into the Keras cache
+from the origin ``keras.datasets.fashion_mnist`` uses (``keras_vit.downloads``). The
 8x8 handwritten digits bundled with scikit-learn (1797 images, 10 classes) are the small downstream
 task of the transfer demo.
 
@@ -16,10 +17,19 @@ import struct
 
 import numpy as np
 
-FASHION_MNIST_DIRS = (
-    "/usr/share/datasets/fashion-mnist",
-    os.path.join(os.path.expanduser("~"), ".keras", "datasets", "fashion-mnist"),
-)
+SYSTEM_DATASETS = "/usr/share/datasets"  # Debian's dataset-* packages; $KERAS_VIT_SYSTEM_DATASETS
+# The origin keras.datasets.fashion_mnist downloads from, and the SHA-256 of each file's
+# decompressed IDX content (the .gz bytes differ between copies that were recompressed).
+FASHION_MNIST_ORIGIN = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/"
+FASHION_MNIST_SHA256 = {
+    "train-images-idx3-ubyte.gz":
+        "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
+    "train-labels-idx1-ubyte.gz":
+        "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",
+    "t10k-images-idx3-ubyte.gz": "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
+    "t10k-labels-idx1-ubyte.gz": "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
+}
+_CACHE_SUBDIR = os.path.join("datasets", "fashion-mnist")  # where Keras' own loader puts them
 FASHION_MNIST_CLASSES = (
     "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
     "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
@@ -29,11 +39,10 @@ _FILES = {
     "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
 }
 _HOW_TO_GET = (
-    "Install the Debian package (`apt-get install dataset-fashion-mnist`, files in "
-    "/usr/share/datasets/fashion-mnist), or, with network access, run "
-    "`python -c \"import keras; keras.datasets.fashion_mnist.load_data()\"` once (it fills "
-    "~/.keras/datasets/fashion-mnist), or pass the folder holding the four IDX .gz files "
-    "(path=... / --data-dir / $KERAS_VIT_FASHION_MNIST)."
+    "Get it by any one of: network access (it is then downloaded into the Keras cache, "
+    "~/.keras/datasets/fashion-mnist, or through $KERAS_VIT_MIRROR); the Debian package "
+    "(`apt-get install dataset-fashion-mnist`); or the folder holding the four IDX .gz files "
+    "passed as path=... / --data-dir / $KERAS_VIT_FASHION_MNIST."
 )
 
 
@@ -53,34 +62,62 @@ def _read_idx(path, count):
     return np.frombuffer(data, np.uint8).reshape((n, *shape[1:]))
 
 
-def fashion_mnist_dir(path=None):
-    """The folder holding the Fashion-MNIST IDX files, or a FileNotFoundError saying how to get it.
+def fashion_mnist_dirs():
+    """The folders searched for Fashion-MNIST, in order: ``$KERAS_VIT_FASHION_MNIST``, the
+    Debian package's folder under ``$KERAS_VIT_SYSTEM_DATASETS`` (default /usr/share/datasets;
+    set it empty to search no system folder), the Keras cache."""
+    from keras_vit.downloads import cache_dir
 
-    Search order: ``path``, ``$KERAS_VIT_FASHION_MNIST``, the Debian package folder, the
-    Keras cache.
+    folders = [os.environ.get("KERAS_VIT_FASHION_MNIST")]
+    system = os.environ.get("KERAS_VIT_SYSTEM_DATASETS", SYSTEM_DATASETS)
+    folders += [os.path.join(root, "fashion-mnist") for root in system.split(os.pathsep) if root]
+    folders.append(os.path.join(cache_dir(), _CACHE_SUBDIR))
+    return [folder for folder in folders if folder]
+
+
+def fashion_mnist_dir(path=None, *, download=False):
+    """The folder holding the Fashion-MNIST IDX files.
+
+    ``path`` when given (it must hold the files), else the first of ``fashion_mnist_dirs()``
+    that holds them; else, with ``download=True``, the Keras cache after downloading the files
+    that are missing there (from Keras' origin or ``$KERAS_VIT_MIRROR``, content hash-checked).
+    Raises a FileNotFoundError that says how to get the data when nothing is found.
     """
-    candidates = [path] if path is not None else []
-    if path is None and os.environ.get("KERAS_VIT_FASHION_MNIST"):
-        candidates.append(os.environ["KERAS_VIT_FASHION_MNIST"])
-    if path is None:
-        candidates.extend(FASHION_MNIST_DIRS)
+    candidates = [path] if path is not None else fashion_mnist_dirs()
     names = [name for pair in _FILES.values() for name in pair]
     for folder in candidates:
         if all(os.path.isfile(os.path.join(folder, name)) for name in names):
             return folder
+    if path is None and download:
+        return _download_fashion_mnist()
     looked = ", ".join(repr(os.fspath(c)) for c in candidates)
     raise FileNotFoundError(
         f"Fashion-MNIST not found (looked for {', '.join(names)} in {looked}). {_HOW_TO_GET}"
     )
 
 
-def load_fashion_mnist(path=None, *, num_train=None, num_test=None):
+def _download_fashion_mnist():
+    from keras_vit.downloads import download, sha256
+
+    def check(expected):
+        def verify(path):
+            if sha256(path, decompress=True) != expected:
+                raise ValueError("the SHA-256 of the decompressed content does not match")
+        return verify
+
+    paths = [download(FASHION_MNIST_ORIGIN + name, cache_subdir=_CACHE_SUBDIR,
+                      check=check(FASHION_MNIST_SHA256[name])) for name in FASHION_MNIST_SHA256]
+    return os.path.dirname(paths[0])
+
+
+def load_fashion_mnist(path=None, *, num_train=None, num_test=None, download=True):
     """Fashion-MNIST as uint8 arrays: ``(x_train, y_train), (x_test, y_test)``.
 
     Args:
         path: folder with the four IDX ``.gz`` files; None searches the usual places
-            (see ``fashion_mnist_dir``).
+            (``fashion_mnist_dirs``), then downloads into the Keras cache.
         num_train, num_test: read only the first examples of each split (fast, for tests).
+        download: download the files when no folder holds them (``path=None`` only).
 
     Returns:
         images (N, 28, 28, 1) uint8 and labels (N,) int64.
@@ -90,7 +127,7 @@ def load_fashion_mnist(path=None, *, num_train=None, num_test=None):
     >>> x.shape, x.dtype, yt.shape
     ((5, 28, 28, 1), dtype('uint8'), (3,))
     """
-    folder = fashion_mnist_dir(path)
+    folder = fashion_mnist_dir(path, download=download)
     result = []
     for split, count in (("train", num_train), ("test", num_test)):
         image_file, label_file = (os.path.join(folder, name) for name in _FILES[split])

@@ -20,6 +20,8 @@ The linear algebra runs in float64 numpy (big_vision uses float32 jax on the CPU
 
 import numpy as np
 
+from keras_vit.distribution import predict
+
 BIAS_CONSTANT = 100.0
 STD_EPSILON = 1e-5
 DEFAULT_SHOTS = (1, 5, 10, 25)
@@ -237,8 +239,8 @@ def fewshot_linear(
     num_classes = max(int(y_train.max(initial=-1)), int(y_test.max(initial=-1))) + 1
     _check_shots(y_train, num_classes, (shots,) if isinstance(shots, int) else shots)
     features = extractor()
-    train_features = features.predict(x_train, batch_size=batch_size, verbose=0)
-    test_features = features.predict(x_test, batch_size=batch_size, verbose=0)
+    train_features = predict(features, x_train, batch_size)  # any count on several devices
+    test_features = predict(features, x_test, batch_size)
     return fewshot_linear_from_features(
         train_features,
         y_train,

@@ -18,7 +18,7 @@ def _new_figure(figsize):
     except ImportError as error:
         raise ImportError(
             "The keras_vit.inspection plots need matplotlib: pip install matplotlib "
-            "(or keras_vit[inspection])."
+            "(or keras-vit-paper[inspection])."
         ) from error
     return Figure(figsize=figsize, layout="constrained")
 

@@ -212,11 +212,12 @@ def test_not_an_npz_is_a_clear_error(tmp_path):
 def test_published_names_resolve_to_urls(monkeypatch):
     seen = []
 
-    def offline(fname, origin, cache_subdir):
+    def offline(fname, origin, cache_subdir, **kwargs):
         seen.append((fname, origin, cache_subdir))
         raise OSError("network unreachable")
 
     monkeypatch.setattr(keras.utils, "get_file", offline)
+    monkeypatch.delenv("KERAS_VIT_MIRROR", raising=False)  # the test session's download mirror
     with pytest.raises(ConnectionError, match="pass its local path"):
         keras_vit.load_checkpoint("imagenet21k/ViT-B_16")
     with pytest.raises(ConnectionError):
@@ -227,7 +228,7 @@ def test_published_names_resolve_to_urls(monkeypatch):
 
 def test_published_name_loads_through_get_file(monkeypatch):
     monkeypatch.setattr(
-        keras.utils, "get_file", lambda fname, origin, cache_subdir: fixture_path(
+        keras.utils, "get_file", lambda fname, origin, cache_subdir, **kwargs: fixture_path(
             "vit_tiny_token_norep.npz")
     )
     model = keras_vit.load_checkpoint("imagenet21k+imagenet2012/ViT-B_16")

@@ -20,13 +20,24 @@ def test_fashion_mnist_slice():
 
 
 def test_fashion_mnist_missing_files_say_how_to_get_them(tmp_path):
-    with pytest.raises(FileNotFoundError, match="apt-get install dataset-fashion-mnist"):
+    with pytest.raises(FileNotFoundError, match="network access.*apt-get install dataset-fashi"):
         data.load_fashion_mnist(str(tmp_path))
+
+
+def test_fashion_mnist_search_order(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KERAS_VIT_FASHION_MNIST", str(tmp_path / "env"))
+    monkeypatch.setenv("KERAS_VIT_SYSTEM_DATASETS", str(tmp_path / "a") + os.pathsep + "/b")
+    assert offline.fashion_mnist_dirs() == [
+        str(tmp_path / "env"), str(tmp_path / "a" / "fashion-mnist"), "/b/fashion-mnist",
+        str(tmp_path / "home" / "datasets" / "fashion-mnist")]
+    monkeypatch.delenv("KERAS_VIT_SYSTEM_DATASETS")
+    assert offline.fashion_mnist_dirs()[1] == "/usr/share/datasets/fashion-mnist"
 
 
 def test_fashion_mnist_environment_variable(tmp_path, monkeypatch):
     monkeypatch.setenv("KERAS_VIT_FASHION_MNIST", str(tmp_path))
-    monkeypatch.setattr(offline, "FASHION_MNIST_DIRS", ())
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "empty_home"))
     with pytest.raises(FileNotFoundError, match=str(tmp_path)):
         data.fashion_mnist_dir()
     _write_fake(tmp_path, 3)

@@ -10,9 +10,8 @@ import pytest
 
 import keras_vit
 from keras_vit import distribution
-from keras_vit.training import distribution as dist_impl
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Shared by both subprocess scripts: a tiny ViT, fixed data, and one training run.
 _COMMON = """
@@ -45,7 +44,7 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
 from keras_vit import VisionTransformer
-from keras_vit.training import check_batch_size
+from keras_vit.distribution import check_batch_size
 
 keras.utils.set_random_seed(0)
 reference = VisionTransformer(**CONFIG)
@@ -146,6 +145,80 @@ def test_jax_data_and_model_parallel_match_one_device():
         assert out[setting]["loss"] < 1e-5
         assert out[setting]["weights"] < 1e-5
         assert out[setting]["predictions"] < 1e-4  # logits of size ~1
+
+
+_EIGHT = """
+import json, keras, numpy as np
+from keras_vit import VisionTransformer, cli, data, distribution
+
+CONFIG = dict(image_size=8, patch_size=4, num_channels=1, num_classes=10, hidden_size=16,
+              num_layers=1, num_heads=2, mlp_dim=32, head_kernel_initializer="glorot_uniform")
+
+def measure(model):
+    model.compile(loss="categorical_crossentropy", weighted_metrics=["accuracy"])
+    test = data.load("digits", "test", batch_size=64)  # 899 = 14 x 64 + 3
+    x, y = data.as_arrays(test)
+    return (model.evaluate(test, return_dict=True, verbose=0)["accuracy"],
+            distribution.predict(model, x, 64).argmax(-1).tolist(), len(x))
+
+keras.utils.set_random_seed(0)
+one_model = VisionTransformer(**CONFIG)
+one = measure(one_model)
+replicas = distribution.data_parallel()
+eight_model = VisionTransformer(**CONFIG)
+eight_model.set_weights(one_model.get_weights())
+eight = measure(eight_model)
+try:
+    data.load("digits", "test", batch_size=60)
+    refused = ""
+except ValueError as error:
+    refused = str(error)
+tiny = ["--train-examples", "256", "--test-examples", "100", "--batch-size", "64", "--epochs",
+        "1", "--set", "hidden_size=16", "--set", "num_layers=1", "--verbose", "0",
+        "--output", OUTPUT]
+code = cli.main(["train", *tiny])
+with open(OUTPUT + "/metrics.json") as f:
+    metrics = json.load(f)
+print(json.dumps({"replicas": replicas, "one": one, "eight": eight, "refused": refused,
+                  "cli": code, "cli_accuracy": metrics["test_accuracy"]}))
+"""
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "jax", reason="keras.distribution runs under KERAS_BACKEND=jax"
+)
+def test_eight_devices_evaluate_like_one_and_the_cli_shards(tmp_path):
+    script = f"OUTPUT = {str(tmp_path / 'run')!r}\n" + _EIGHT
+    out = _run_script(script, "jax", {"XLA_FLAGS": "--xla_force_host_platform_device_count=8"})
+    assert out["replicas"] == 8
+    one, eight = out["one"], out["eight"]
+    assert one[2] == eight[2] == 899
+    assert eight[0] == one[0] and eight[1] == one[1]  # same accuracy, same predictions
+    assert 0 < one[0] < 1 and len(set(one[1])) > 1
+    assert "not divisible by the 8 replicas" in out["refused"] and "56 or 64" in out["refused"]
+    assert out["cli"] == 0 and 0 < out["cli_accuracy"] <= 1
+
+
+def test_predict_pads_to_the_replicas(monkeypatch):
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(3)])
+    seen = []
+    original = model.predict
+
+    def spy(x, batch_size, verbose):
+        seen.append((len(x), batch_size))
+        return original(x, batch_size=batch_size, verbose=verbose)
+
+    monkeypatch.setattr(model, "predict", spy)
+    monkeypatch.setattr(distribution, "num_replicas", lambda: 8)
+    x = np.random.default_rng(0).normal(size=(13, 2)).astype("float32")
+    out = distribution.predict(model, x, batch_size=5)
+    assert seen == [(16, 8)] and out.shape == (13, 3)
+    np.testing.assert_allclose(out, original(x, verbose=0), atol=1e-6)
+
+
+def test_data_parallel_is_a_no_op_on_one_device():
+    assert distribution.data_parallel() == 1
+    assert keras.distribution.distribution() is None
 
 
 def test_layout_map_matches_every_sharded_vit_weight():
@@ -252,9 +325,9 @@ def _strategy_with(monkeypatch, fake, env=None):
         monkeypatch.delenv(name, raising=False)
     for name, value in (env or {}).items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(dist_impl.glob, "glob", lambda pattern: [])
-    monkeypatch.setattr(dist_impl.os.path, "exists", lambda path: False)
-    return dist_impl.strategy()
+    monkeypatch.setattr(distribution.glob, "glob", lambda pattern: [])
+    monkeypatch.setattr(distribution.os.path, "exists", lambda path: False)
+    return distribution.strategy()
 
 
 def test_strategy_picks_tpu_then_gpus_then_default(monkeypatch):

@@ -1,0 +1,142 @@
+"""The input pipeline for in-memory data: numpy batches for ``fit`` / ``evaluate`` on any backend.
+
+``Examples`` holds uint8 images (N, H, W, C) and int labels; ``Batches`` (a
+``keras.utils.PyDataset``) serves them preprocessed (``keras_vit.data.preprocessing``) with
+one-hot labels: shuffled and augmented for training, in order for evaluation. Every batch is a
+pure function of ``(seed, index)``, so runs repeat exactly and an endless training pipeline
+reshuffles at every pass without a new iterator.
+
+On several devices (``keras.distribution.DataParallel``) an evaluation batch must split evenly:
+the last, partial batch is padded to a multiple of the replicas with blank images of weight 0.
+Keras applies sample weights to ``weighted_metrics`` (not to ``metrics``): compile with
+``weighted_metrics=["accuracy"]`` and the accuracy over the dataset is what one device gives.
+"""
+
+import dataclasses
+import math
+
+import keras
+import numpy as np
+
+from keras_vit.data import preprocessing
+
+
+@dataclasses.dataclass(frozen=True)
+class Examples:
+    """Raw examples in memory: ``images`` uint8 (N, H, W, C), ``labels`` int64 (N,)."""
+
+    images: np.ndarray
+    labels: np.ndarray
+
+    def __len__(self):
+        return len(self.labels)
+
+    def take(self, count):
+        """The first ``count`` examples (all when None)."""
+        return Examples(self.images[:count], self.labels[:count])
+
+
+def from_arrays(images, labels):
+    """Examples from numpy arrays: images (N, H, W[, C]) uint8 in 0..255, labels (N,) ints.
+
+    Example:
+    >>> len(from_arrays(np.zeros((5, 8, 8), np.uint8), np.arange(5)))
+    5
+    """
+    images, labels = np.asarray(images), np.asarray(labels)
+    if images.ndim == 3:
+        images = images[..., None]
+    if images.ndim != 4 or labels.ndim != 1 or len(images) != len(labels):
+        raise ValueError(
+            f"Expected images (N, H, W[, C]) and labels (N,), got {images.shape} and "
+            f"{labels.shape}."
+        )
+    return Examples(images, labels.astype(np.int64))
+
+
+def take_per_class(examples, examples_per_class, num_classes, *, seed=0):
+    """The first ``examples_per_class`` examples of every class after a seeded shuffle (k-shot),
+    in the shuffled order.
+
+    Example:
+    >>> ds = from_arrays(np.zeros((30, 2, 2, 1), np.uint8), np.arange(30) % 3)
+    >>> sorted(take_per_class(ds, 2, 3).labels.tolist())
+    [0, 0, 1, 1, 2, 2]
+    """
+    k = int(examples_per_class)
+    if k < 1 or k != examples_per_class:
+        raise ValueError(
+            f"examples_per_class must be a positive integer, got {examples_per_class!r}.")
+    order = np.random.default_rng(seed).permutation(len(examples))
+    labels = examples.labels[order]
+    rank = np.zeros(len(order), np.int64)  # how many earlier examples share the label
+    for label in range(int(num_classes)):
+        where = labels == label
+        rank[where] = np.arange(where.sum())
+    keep = order[rank < k]
+    return Examples(examples.images[keep], examples.labels[keep])
+
+
+class Batches(keras.utils.PyDataset):
+    """Preprocessed batches of ``Examples`` (see ``keras_vit.data.pipeline`` for the arguments).
+
+    Training batches are shuffled (a new permutation every pass), augmented and full (the last
+    partial batch is dropped); with ``repeat`` the dataset is endless. Evaluation batches keep
+    every example in order; with ``pad_to`` > 1 the last batch is padded to a multiple of it
+    and every batch carries sample weights (1, and 0 for the padding).
+    """
+
+    def __init__(self, examples, *, batch_size, image_size, num_classes, training,
+                 augmentation="resize_crop", resize_size=None, flip=True, channels=None,
+                 mixup_alpha=0.0, repeat=False, seed=0, pad_to=1):
+        super().__init__()
+        self.examples, self.batch_size = examples, int(batch_size)
+        self.preprocess = dict(image_size=image_size, training=training, flip=flip,
+                               augmentation=augmentation, resize_size=resize_size,
+                               channels=channels)
+        preprocessing.check_augmentation(augmentation, image_size, resize_size)
+        self.num_classes, self.training = int(num_classes), bool(training)
+        self.mixup_alpha, self.repeat, self.seed = float(mixup_alpha), bool(repeat), int(seed)
+        self.pad_to = int(pad_to)
+        count = len(examples)
+        self.per_pass = count // self.batch_size if training else math.ceil(count / self.batch_size)
+        if self.per_pass < 1:
+            raise ValueError(f"The batch size {self.batch_size} is larger than the {count} "
+                             "training examples; use a smaller batch size or more examples.")
+        self.passes = 0  # passes finished (non-repeating training shuffles anew each pass)
+
+    @property
+    def num_batches(self):
+        return None if self.repeat else self.per_pass
+
+    def on_epoch_end(self):
+        self.passes += 1
+
+    def __len__(self):
+        if self.repeat:
+            raise TypeError("An endless (repeat=True) pipeline has no length.")
+        return self.per_pass
+
+    def _order(self, epoch):
+        if not self.training:
+            return np.arange(len(self.examples))
+        return np.random.default_rng([self.seed, epoch]).permutation(len(self.examples))
+
+    def __getitem__(self, index):
+        epoch, step = divmod(int(index), self.per_pass)
+        epoch += 0 if self.repeat else self.passes
+        chosen = self._order(epoch)[step * self.batch_size:(step + 1) * self.batch_size]
+        rng = np.random.default_rng([self.seed, epoch, step, 1])
+        images = preprocessing.preprocess(self.examples.images[chosen], rng=rng, **self.preprocess)
+        labels = np.eye(self.num_classes, dtype=np.float32)[self.examples.labels[chosen]]
+        if self.training and self.mixup_alpha > 0:
+            return preprocessing.mixup(images, labels, self.mixup_alpha, rng)
+        if self.pad_to <= 1:
+            return images, labels
+        weights = np.ones(len(chosen), np.float32)
+        missing = -len(chosen) % self.pad_to
+        if missing:
+            pad = ((0, missing),) + ((0, 0),) * (images.ndim - 1)
+            images, labels = np.pad(images, pad), np.pad(labels, pad[:2], mode="edge")
+            weights = np.pad(weights, (0, missing))  # edge labels: finite losses, weighted 0
+        return images, labels, weights

@@ -1,0 +1,228 @@
+"""The tf.data path, for tensorflow-datasets: loading, the official preprocessing as TensorFlow ops,
+batching. Imported only when a tfds dataset (or a ``tf.data.Dataset``) is used; in-memory data
+goes through ``keras_vit.data.arrays`` and needs no TensorFlow.
+
+The preprocessing is that of ``keras_vit.data.preprocessing`` (see there), written with
+``tf.image`` so that it runs inside ``Dataset.map``; the Inception crop is
+``tf.image.sample_distorted_bounding_box`` itself.
+"""
+
+try:
+    import tensorflow as tf
+except ImportError as error:  # e.g. a Colab TPU runtime, which has no TensorFlow
+    raise ImportError(
+        "The tensorflow-datasets datasets need TensorFlow and tensorflow-datasets: "
+        "`pip install tensorflow-cpu tensorflow-datasets` (or `tensorflow` for a GPU). "
+        "Fashion-MNIST, digits and in-memory arrays need neither."
+    ) from error
+
+from keras_vit.data.preprocessing import check_augmentation, per_image
+
+
+def to_unit_range(images):
+    """Map 0..255 pixel values to [-1, 1] as float32.
+
+    Example:
+    >>> import numpy as np
+    >>> to_unit_range(np.array([0, 255], np.uint8)).numpy().tolist()
+    [-1.0, 1.0]
+    """
+    return (tf.cast(images, tf.float32) - 127.5) / 127.5
+
+
+def resize(image, size):
+    """Bilinear resize to ``size`` x ``size``, no antialiasing (``tf.image.resize``), float32."""
+    return tf.image.resize(image, (size, size), method="bilinear", antialias=False)
+
+
+def inception_crop(image, size, area_range=(0.05, 1.0), seed=None):
+    """A random crop covering ``area_range`` of the image, resized to ``size`` (vit_jax train)."""
+    begin, crop_size, _ = tf.image.sample_distorted_bounding_box(
+        tf.shape(image),
+        bounding_boxes=tf.zeros([1, 0, 4], tf.float32),
+        min_object_covered=0.0,
+        area_range=area_range,
+        use_image_if_no_bounding_boxes=True,
+        seed=seed or 0,
+    )
+    crop = tf.slice(image, begin, crop_size)
+    crop.set_shape([None, None, image.shape[-1]])  # the slice loses the static channel count
+    return resize(crop, size)
+
+
+def random_crop(image, size, seed=None):
+    """A random ``size`` x ``size`` window of one (H, W, C) image, or of each image of a batch
+    (N, H, W, C) at its own offset."""
+    if image.shape.rank == 3:
+        return tf.image.random_crop(image, (size, size, tf.shape(image)[-1]), seed=seed)
+    shape = tf.shape(image)
+    offsets = [tf.random.uniform((shape[0], 1), 0, shape[axis] - size + 1, tf.int32, seed=seed)
+               for axis in (1, 2)]
+    rows, columns = (offset + tf.range(size)[None] for offset in offsets)
+    image = tf.gather(image, rows, axis=1, batch_dims=1)  # (N, size, W, C)
+    return tf.gather(image, columns, axis=2, batch_dims=1)  # (N, size, size, C)
+
+
+def resize_random_crop(image, resize_size, size, seed=None):
+    """A square resize to ``resize_size`` then a random ``size`` x ``size`` crop (BiT train)."""
+    return random_crop(resize(image, resize_size), size, seed=seed)
+
+
+def pad_random_crop(image, padded_size, size, seed=None):
+    """Resize to ``size`` if needed, zero-pad (centred) to ``padded_size``, random-crop ``size``."""
+    if image.shape[-3] != size or image.shape[-2] != size:
+        image = resize(image, size)
+    offset = (padded_size - size) // 2
+    image = tf.image.pad_to_bounding_box(image, offset, offset, padded_size, padded_size)
+    return random_crop(image, size, seed=seed)
+
+
+def convert_channels(image, channels):
+    """Grey <-> RGB so the images match the model's input channels (1 or 3)."""
+    have = image.shape[-1]
+    if channels is None or have == channels:
+        return image
+    if have == 1 and channels == 3:
+        return tf.image.grayscale_to_rgb(image)
+    if have == 3 and channels == 1:
+        return tf.image.rgb_to_grayscale(image)
+    raise ValueError(f"Cannot convert images with {have} channels to {channels} channels.")
+
+
+def preprocess(image, *, image_size, training, augmentation="inception_crop", resize_size=None,
+               flip=True, channels=None, seed=None):
+    """One uint8 (H, W, C) image -> float32 (image_size, image_size, channels) in [-1, 1].
+
+    Except for the Inception crop, a batch (N, H, W, C) works too, each image cropped and flipped
+    independently.
+
+    Args:
+        image_size: output side (the crop size).
+        training: random augmentation when True, a plain resize when False.
+        augmentation: ``"inception_crop"``, ``"resize_crop"`` (resize to ``resize_size`` then a
+            random crop), ``"pad_crop"`` (zero-pad to ``resize_size`` then a random crop) or
+            ``"resize"`` (no crop).
+        resize_size: side before the random crop; None uses ``image_size * 8 / 7`` (32 for 28).
+        flip: random horizontal flip when training.
+        channels: convert to this many channels (1 or 3); None keeps the image's.
+
+    Example:
+    >>> import numpy as np
+    >>> image = np.full((28, 28, 1), 255, np.uint8)
+    >>> out = preprocess(image, image_size=32, training=False, channels=3)
+    >>> out.shape, float(out.numpy().min())
+    (TensorShape([32, 32, 3]), 1.0)
+    """
+    resize_size = check_augmentation(augmentation, image_size, resize_size)
+    image = tf.convert_to_tensor(image)
+    if image.shape.rank == 2:
+        image = image[..., None]
+    if image.shape.rank == 4 and per_image(training, augmentation):
+        raise ValueError(f"The {augmentation!r} crop takes one (H, W, C) image at a time, got a "
+                         f"batch of shape {image.shape}; map preprocess over the examples.")
+    if training and augmentation == "inception_crop":
+        image = inception_crop(image, image_size, seed=seed)
+    elif training and augmentation in ("resize_crop", "pad_crop"):
+        crop = resize_random_crop if augmentation == "resize_crop" else pad_random_crop
+        image = crop(image, resize_size, image_size, seed=seed)
+    elif image.shape[-3] != image_size or image.shape[-2] != image_size:
+        image = resize(image, image_size)
+    if training and flip:
+        image = tf.image.random_flip_left_right(image, seed=seed)
+    return convert_channels(to_unit_range(image), channels)
+
+
+def mixup(images, labels, alpha, seed=None):
+    """BiT mixup of a batch: ``lam * x + (1 - lam) * reversed(x)``, one ``lam ~ Beta(a, a)``.
+
+    ``labels`` are one-hot (or already soft) and are mixed the same way.
+
+    Example:
+    >>> import numpy as np
+    >>> x = np.stack([np.zeros((2, 2, 1)), np.ones((2, 2, 1))]).astype("float32")
+    >>> y = np.eye(2, dtype="float32")
+    >>> mx, my = mixup(x, y, alpha=0.1)
+    >>> bool(np.allclose(mx.numpy()[:, 0, 0, 0], my.numpy()[:, 1]))
+    True
+    """
+    if alpha <= 0:
+        return images, labels
+    g1 = tf.random.gamma([], alpha, seed=seed)
+    g2 = tf.random.gamma([], alpha, seed=None if seed is None else seed + 1)
+    lam = tf.math.divide_no_nan(g1, g1 + g2)  # both draws can underflow to 0 for small alpha
+    images = lam * images + (1.0 - lam) * tf.reverse(images, axis=[0])
+    labels = lam * labels + (1.0 - lam) * tf.reverse(labels, axis=[0])
+    return images, labels
+
+
+def load_tfds(tfds_name, split, *, channels, data_dir=None, shuffle_files=False):
+    """Raw ``(uint8 image, int64 label)`` examples of a tensorflow-datasets dataset."""
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError as error:
+        raise ImportError(f"The dataset {tfds_name!r} comes from tensorflow-datasets: "
+                          "`pip install tensorflow-datasets`.") from error
+    dataset = tfds.load(tfds_name, split=split, as_supervised=True, data_dir=data_dir,
+                        shuffle_files=shuffle_files)
+    return dataset.map(lambda x, y: (tf.ensure_shape(x, [None, None, channels]), y))
+
+
+def take_per_class(examples, examples_per_class, num_classes, *, seed=0, buffer_size=10_000):
+    """The first ``examples_per_class`` examples of every class after a seeded shuffle (k-shot)."""
+    k, total = int(examples_per_class), int(examples_per_class) * int(num_classes)
+    if k < 1:
+        raise ValueError(
+            f"examples_per_class must be a positive integer, got {examples_per_class!r}.")
+
+    def count(counts, example):
+        label = example[1]
+        keep = counts[label] < k
+        counts = tf.tensor_scatter_nd_add(counts, [[label]], [tf.cast(keep, tf.int64)])
+        return counts, (example, keep)
+
+    shuffled = examples.shuffle(buffer_size, seed=seed, reshuffle_each_iteration=False)
+    kept = shuffled.scan(tf.zeros([num_classes], tf.int64), count).filter(lambda e, keep: keep)
+    return kept.map(lambda example, keep: example).take(total)
+
+
+def pipeline(examples, *, batch_size, image_size, num_classes, training, augmentation="resize_crop",
+             resize_size=None, flip=True, channels=None, mixup_alpha=0.0, shuffle_buffer=10_000,
+             repeat=False, cache=False, seed=0, pad_to=1):
+    """``keras_vit.data.pipeline`` for a ``tf.data.Dataset`` of raw examples (same arguments)."""
+    if cache:
+        examples = examples.cache()
+    if training:
+        examples = examples.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        examples = examples.repeat()
+
+    def prepare(image, label):
+        image = preprocess(image, image_size=image_size, training=training,
+                           augmentation=augmentation, resize_size=resize_size, flip=flip,
+                           channels=channels)
+        return image, tf.one_hot(label, num_classes, dtype=tf.float32)
+
+    same_size = examples.element_spec[0].shape.is_fully_defined()
+    if per_image(training, augmentation) or not same_size:  # per image: map, then batch
+        dataset = examples.map(prepare, num_parallel_calls=tf.data.AUTOTUNE,
+                               deterministic=not training)
+        dataset = dataset.batch(batch_size, drop_remainder=training)
+    else:  # equal-sized images: resize / crop / flip / scale whole batches (far fewer ops)
+        dataset = examples.batch(batch_size, drop_remainder=training)
+        dataset = dataset.map(prepare, num_parallel_calls=tf.data.AUTOTUNE,
+                              deterministic=not training)
+    if training and mixup_alpha > 0:
+        dataset = dataset.map(lambda x, y: mixup(x, y, mixup_alpha))
+    if not training and pad_to > 1:
+        dataset = dataset.map(lambda x, y: _pad(x, y, pad_to))
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _pad(images, labels, multiple):
+    """Pad a batch to a multiple of ``multiple`` with blank, weight-0 examples."""
+    count = tf.shape(images)[0]
+    missing = -count % multiple
+    weights = tf.pad(tf.ones([count], tf.float32), [[0, missing]])
+    images = tf.pad(images, [[0, missing], [0, 0], [0, 0], [0, 0]])
+    labels = tf.concat([labels, tf.repeat(labels[-1:], missing, axis=0)], 0)  # finite losses
+    return images, labels, weights
