@@ -179,48 +179,12 @@ def _timm_worker(spec, compiled, args):
 
 
 def _import_timm():
-    """Import timm; stand in for a torchvision that cannot load, which the ViT does not use.
+    """timm, with a stand-in for a torchvision that cannot load (tests/timm_import.py)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                    "tests"))
+    from timm_import import import_timm
 
-    timm imports torchvision at start-up (transforms, FrozenBatchNorm2d); where the only
-    torchvision wheel is built for another torch (PyPI's CUDA build beside a CPU torch), the
-    ViT still runs: every torchvision name becomes a class that raises when used.
-    """
-    try:
-        import torchvision  # noqa: F401
-    except Exception:  # a missing package, or one whose C extension does not match torch
-        import importlib.abc
-        import importlib.machinery
-        import types
-
-        for name in [n for n in sys.modules if n.split(".")[0] == "torchvision"]:
-            del sys.modules[name]
-
-        class Unusable(type):
-            def __getattr__(cls, attr):
-                if attr.startswith("__"):
-                    raise AttributeError(attr)
-                return Unusable(attr, (), {"__init__": _refuse})
-
-        class StandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-            def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] == "torchvision":
-                    return importlib.machinery.ModuleSpec(name, self, is_package=True)
-
-            def create_module(self, spec):
-                module = types.ModuleType(spec.name)
-                module.__path__ = []
-                module.__getattr__ = lambda attr: getattr(Unusable("torchvision", (), {}), attr)
-                return module
-
-            def exec_module(self, module):
-                pass
-
-        sys.meta_path.insert(0, StandIn())
-    import timm  # noqa: F401
-
-
-def _refuse(*args, **kwargs):
-    raise RuntimeError("torchvision is not importable here; the benchmark only needs timm's ViT")
+    return import_timm()
 
 
 def worker(args):

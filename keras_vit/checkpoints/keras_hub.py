@@ -42,7 +42,7 @@ def _keras_hub():
         import keras_hub
     except ImportError as error:
         raise ImportError(
-            "keras-hub interop needs the keras-hub package: pip install 'keras_vit[hub]' "
+            "keras-hub interop needs the keras-hub package: pip install 'keras-vit-paper[hub]' "
             "(or pip install keras-hub)."
         ) from error
     return keras_hub
