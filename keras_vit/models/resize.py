@@ -10,6 +10,7 @@ by layer (by name), so this works for any model built from a config, plain ViT o
 import numpy as np
 import scipy.ndimage
 
+from keras_vit.layers.encoder import Encoder
 from keras_vit.layers.position import (
     AddPositionEmbedding,
     AddPositionEmbedding2D,
@@ -43,7 +44,7 @@ def rebuild(model, skip=(), **config_changes):
         raise ValueError(f"{type(model).__name__} has no config entries {unknown}.")
     config.update(config_changes)
     new = type(model).from_config(config)
-    for layer in new.layers:
+    for layer in weight_layers(new):
         if layer.name in skip or not layer.weights:
             continue
         try:
@@ -71,10 +72,24 @@ def rebuild(model, skip=(), **config_changes):
     return new
 
 
+def weight_layers(model):
+    """The layers holding weights, by official name: the encoder's own instead of the encoder."""
+    for layer in model.layers:
+        if isinstance(layer, Encoder):
+            yield from layer._flatten_layers(include_self=False, recursive=False)
+        else:
+            yield layer
+
+
+def position_grid(model):
+    """The (rows, cols) grid a ViT's position tables are learned at."""
+    return tuple(model.position_embedding_grid or model.grid_size)
+
+
 def _resized_posemb(old_model, new_model, posemb):
-    old_rows, old_cols = old_model.grid_size
+    old_rows, old_cols = position_grid(old_model)
     has_class_token = posemb.shape[1] - old_rows * old_cols == 1
-    return resize_position_embedding(posemb, new_model.grid_size, has_class_token)
+    return resize_position_embedding(posemb, position_grid(new_model), has_class_token)
 
 
 def _resize_table(table, length):
