@@ -52,8 +52,8 @@ class PatchEmbedding(keras.layers.Layer):
     Input (batch, H, W, C); output (batch, H/P * W/P, hidden_size), grid row-major (the official
     ``embedding`` module followed by its reshape), or with ``flatten=False`` the token grid
     (batch, H/P, W/P, hidden_size), which keeps the grid's shape for an image size known only at
-    call time (``keras_vit.layers.encoder.Encoder`` takes it). Weights: ``kernel`` (P, P, C, D) and ``bias``
-    (D,), the layout of ``embedding/kernel`` in the official files.
+    call time (``keras_vit.layers.encoder.Encoder`` takes it). Weights: ``kernel`` (P, P, C, D)
+    and ``bias`` (D,), the layout of ``embedding/kernel`` in the official files.
 
     Example:
     >>> import numpy as np

@@ -118,7 +118,10 @@ def resize_model(model, image_size):
     Args:
         model: a keras_vit model (``VisionTransformer``, plain or hybrid).
         image_size: the new side (int) or a square (height, width) pair; a multiple of
-            ``model.stride`` (the patch size, times the ResNet stride for a hybrid).
+            ``model.stride`` (the patch size, times the ResNet stride for a hybrid). ``None``
+            gives the model for any size at call time: the same weights, its position tables
+            interpolated inside the call to each input's grid (``VisionTransformer``'s
+            ``image_size=None``), equal to this function's result at every size.
 
     Example:
     >>> import keras_vit
@@ -128,6 +131,8 @@ def resize_model(model, image_size):
     >>> bigger.image_size, bigger.grid_size
     ((56, 56), (8, 8))
     """
+    if image_size is None:
+        return _any_size(model)
     height, width = _square_size(image_size)
     stride = int(getattr(model, "stride", 1))
     if height != width:
@@ -135,7 +140,7 @@ def resize_model(model, image_size):
             f"Cannot resize to {height}x{width}: the official position-embedding resize only "
             f"handles square grids. Use a square image size, e.g. {max(height, width)}."
         )
-    old = tuple(getattr(model, "image_size", (height, width)))
+    old = tuple(getattr(model, "image_size", None) or (height, width))
     if old[0] != old[1]:
         raise ValueError(
             f"The model's resolution {old[0]}x{old[1]} is not square; the official "
@@ -154,4 +159,18 @@ def resize_model(model, image_size):
             "of tokens and have no official resize; resize_model supports learned 1-D and 2-D "
             "absolute position embeddings (or none)."
         )
-    return rebuild(model, image_size=[height, width])
+    changes = {"image_size": [height, width]}
+    if getattr(model, "image_size", None) is None and "position_embedding_grid" in model.get_config():
+        changes["position_embedding_grid"] = None  # tables resized to the new grid, as above
+    return rebuild(model, **changes)
+
+
+def _any_size(model):
+    if getattr(model, "position_embedding", None) == "relative":
+        raise ValueError(
+            "Relative position embeddings are sized by the number of tokens and need a fixed "
+            "image size; only models with learned 1-D/2-D embeddings (or none) take any size."
+        )
+    if getattr(model, "image_size", None) is None:
+        return rebuild(model)
+    return rebuild(model, image_size=None, position_embedding_grid=list(position_grid(model)))

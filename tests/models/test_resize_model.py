@@ -3,8 +3,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.models.resize import weight_layers
-from keras_vit.models.resize import rebuild
+from keras_vit.models.resize import rebuild, weight_layers
 
 
 def _tiny(**kwargs):
