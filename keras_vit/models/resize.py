@@ -160,7 +160,7 @@ def resize_model(model, image_size):
             "absolute position embeddings (or none)."
         )
     changes = {"image_size": [height, width]}
-    if getattr(model, "image_size", None) is None and "position_embedding_grid" in model.get_config():
+    if model.get_config().get("image_size", 0) is None:
         changes["position_embedding_grid"] = None  # tables resized to the new grid, as above
     return rebuild(model, **changes)
 

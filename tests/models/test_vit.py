@@ -35,7 +35,7 @@ def test_param_counts_match_official(name, params):
 def test_param_counts_match_official_large(name, params):
     """L/16 and H/14 (304M, 632M): every block is identical, so the real model is counted at depths
     1 and 2 and extrapolated to the full depth (building 632M random weights takes a minute)."""
-    depth = keras_vit.models.registry.vit_config(name)["num_layers"]
+    depth = keras_vit.models.registry.model_config(name)["num_layers"]
     one = keras_vit.create_model(name, num_layers=1).count_params()
     two = keras_vit.create_model(name, num_layers=2).count_params()
     assert one + (depth - 1) * (two - one) == params
@@ -43,7 +43,7 @@ def test_param_counts_match_official_large(name, params):
 
 @pytest.mark.parametrize("name", ["ViT-S/32", "ViT-B/8", "ViT-B/32", "ViT-L/32", "ViT-B_16"])
 def test_paper_names_parse(name):
-    config = keras_vit.models.registry.vit_config(name)
+    config = keras_vit.models.registry.model_config(name)
     assert config["patch_size"] == int(name.split("/")[-1].split("_")[-1])
 
 
@@ -62,8 +62,8 @@ def test_unknown_name_lists_valid_names():
 
 
 def test_large_models_use_official_dropout():
-    assert keras_vit.models.registry.vit_config("ViT-L/16")["dropout_rate"] == 0.1
-    assert keras_vit.models.registry.vit_config("ViT-B/16")["dropout_rate"] == 0.0
+    assert keras_vit.models.registry.model_config("ViT-L/16")["dropout_rate"] == 0.1
+    assert keras_vit.models.registry.model_config("ViT-B/16")["dropout_rate"] == 0.0
 
 
 def test_patchify_equals_patch_embedding():
