@@ -9,6 +9,7 @@ from keras_vit.checkpoints.keras_hub import from_keras_hub, to_keras_hub
 from keras_vit.checkpoints.official import load_checkpoint, save_checkpoint
 from keras_vit.layers.patching import PatchEmbedding, patchify
 from keras_vit.layers.position import resize_position_embedding
+from keras_vit.models.compute import flops
 from keras_vit.models.registry import model_names
 from keras_vit.models.resize import resize_model
 from keras_vit.models.resnet_v2 import ResNetV2
@@ -22,6 +23,7 @@ __all__ = [
     "ResNetV2",
     "VisionTransformer",
     "create_model",
+    "flops",
     "from_keras_hub",
     "load_checkpoint",
     "model_names",
