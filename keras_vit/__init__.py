@@ -11,7 +11,7 @@ from keras_vit.layers.patching import PatchEmbedding, patchify
 from keras_vit.layers.position import resize_position_embedding
 from keras_vit.models.compute import flops
 from keras_vit.models.registry import model_names
-from keras_vit.models.resize import resize_model
+from keras_vit.models.resize import resize_model, resize_patch_size
 from keras_vit.models.resnet_v2 import ResNetV2
 from keras_vit.models.vit import VisionTransformer
 from keras_vit.pretrained import create_model
@@ -29,6 +29,7 @@ __all__ = [
     "model_names",
     "patchify",
     "resize_model",
+    "resize_patch_size",
     "resize_position_embedding",
     "save_checkpoint",
     "to_keras_hub",

@@ -174,3 +174,69 @@ def _any_size(model):
     if getattr(model, "image_size", None) is None:
         return rebuild(model)
     return rebuild(model, image_size=None, position_embedding_grid=list(position_grid(model)))
+
+
+def _bilinear_matrix(new, old):
+    """(new, old) weights of a 1-D bilinear resize with half-pixel centres, antialiased when
+    shrinking (the triangle kernel widened by old/new), as ``jax.image.resize`` computes it."""
+    scale = new / old
+    kernel_scale = min(scale, 1.0)
+    centres = (np.arange(new) + 0.5) / scale - 0.5
+    distance = np.abs(np.arange(old)[None, :] - centres[:, None]) * kernel_scale
+    weights = np.maximum(0.0, 1.0 - distance)
+    return weights / weights.sum(axis=1, keepdims=True)
+
+
+def pi_resize_kernel(kernel, patch_size):
+    """A patch-embedding kernel (P, P, C, D) resized to (P', P', C, D) by pseudo-inverse.
+
+    FlexiViT (Beyer et al. 2023, Sec. 3.4): with B the bilinear resize of a P x P patch to
+    P' x P', the new kernel w' = pinv(B^T) w gives <B x, w'> = <x, w> for every patch x when
+    upsampling (P' >= P), and the least-squares best match when downsampling. Float64 inside.
+    """
+    old = kernel.shape[0]
+    resize = np.kron(_bilinear_matrix(patch_size, old), _bilinear_matrix(patch_size, old))
+    flat = np.asarray(kernel, np.float64).reshape(old * old, -1)
+    new = np.linalg.pinv(resize.T) @ flat
+    return new.reshape(patch_size, patch_size, *kernel.shape[2:]).astype(kernel.dtype)
+
+
+def resize_patch_size(model, patch_size):
+    """The same ViT with another patch size (FlexiViT's PI-resize), all weights carried over.
+
+    The patch-embedding kernel is resized by ``pi_resize_kernel`` and the position embeddings
+    are interpolated to the new grid as ``resize_model`` does (a model of any size keeps its
+    table and interpolates it in the call). The image size stays; it must be a multiple of the
+    new patch size (times the ResNet stride of a hybrid, whose feature-map patches are resized).
+
+    Example:
+    >>> import keras_vit
+    >>> model = keras_vit.VisionTransformer(image_size=32, patch_size=8, hidden_size=16,
+    ...     num_layers=1, num_heads=2, mlp_dim=32, num_classes=10)
+    >>> finer = resize_patch_size(model, 4)
+    >>> finer.patch_size, finer.grid_size
+    (4, (8, 8))
+    """
+    patch_size = int(patch_size)
+    if patch_size < 1:
+        raise ValueError(f"patch_size must be a positive integer, got {patch_size}.")
+    if not hasattr(model, "patch_size") or not hasattr(model, "encoder"):
+        raise TypeError(f"resize_patch_size takes a VisionTransformer, got {type(model).__name__}.")
+    if model.image_size is not None:
+        stem = model.stride // model.patch_size
+        for side in model.image_size:
+            if patch_size * stem > side:
+                raise ValueError(
+                    f"The patch size {patch_size} is larger than the image ({side} pixels"
+                    f"{' / ' + str(stem) + ' after the ResNet stem' if stem > 1 else ''})."
+                )
+            if side % (patch_size * stem):
+                raise ValueError(
+                    f"The image side {side} is not a multiple of the new patch size "
+                    f"{patch_size}{' times the ResNet stride ' + str(stem) if stem > 1 else ''}; "
+                    "pick a patch size that divides it, or resize_model first."
+                )
+    new = rebuild(model, skip=("embedding",), patch_size=patch_size)
+    kernel, bias = model.get_layer("embedding").get_weights()
+    new.get_layer("embedding").set_weights([pi_resize_kernel(kernel, patch_size), bias])
+    return new
