@@ -13,10 +13,12 @@ from keras_vit.checkpoints.formats import load_checkpoint, save_checkpoint
 from keras_vit.checkpoints.keras_hub import from_keras_hub, to_keras_hub
 from keras_vit.layers.patching import PatchEmbedding, patchify
 from keras_vit.layers.position import resize_position_embedding
-from keras_vit.models.registry import create_model, model_names
-from keras_vit.models.resize import resize_model
+from keras_vit.models.compute import flops
+from keras_vit.models.registry import model_names
+from keras_vit.models.resize import resize_model, resize_patch_size
 from keras_vit.models.resnet_v2 import ResNetV2
 from keras_vit.models.vit import VisionTransformer
+from keras_vit.pretrained import create_model
 
 __version__ = "0.1.0"
 
@@ -27,11 +29,13 @@ __all__ = [
     "create_model",
     "distribution",
     "export_model",
+    "flops",
     "from_keras_hub",
     "load_checkpoint",
     "model_names",
     "patchify",
     "resize_model",
+    "resize_patch_size",
     "resize_position_embedding",
     "save_checkpoint",
     "to_keras_hub",

@@ -184,9 +184,9 @@ def predict(model, inputs, batch_size=256):
 
 def _vit_sizes(model_or_config):
     if isinstance(model_or_config, str):
-        from keras_vit.models.registry import vit_config
+        from keras_vit.models.registry import model_config
 
-        model_or_config = vit_config(model_or_config)
+        model_or_config = model_config(model_or_config)
     if isinstance(model_or_config, dict):
         config = model_or_config
     elif hasattr(model_or_config, "num_heads") and hasattr(model_or_config, "mlp_dim"):

@@ -112,12 +112,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             [ops.reshape(b, (dim,)) for b in (self.query_bias, self.key_bias, self.value_bias)]
         )
         qkv = ops.matmul(x, ops.cast(kernel, x.dtype)) + ops.cast(bias, x.dtype)
-        qkv = ops.reshape(qkv, (-1, x.shape[1], 3, self.num_heads, self.head_dim))
+        # The batch from the tensor and -1 tokens: the token count may be dynamic (any image size).
+        qkv = ops.reshape(qkv, (ops.shape(x)[0], -1, 3, self.num_heads, self.head_dim))
         return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
 
     def _output(self, context):
         dim = self.hidden_size
-        context = ops.reshape(context, (-1, context.shape[1], dim))
+        context = ops.reshape(context, (ops.shape(context)[0], -1, dim))
         kernel = ops.cast(ops.reshape(self.out_kernel, (dim, dim)), context.dtype)
         return ops.matmul(context, kernel) + ops.cast(self.out_bias, context.dtype)
 

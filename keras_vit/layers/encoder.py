@@ -1,7 +1,11 @@
-"""The Transformer encoder block (paper Sec. 3.1, Eq. 2-3).
+"""The Transformer encoder (paper Sec. 3.1, Eq. 1-4) and its block (Eq. 2-3).
 
     z'_l = MSA(LN(z_{l-1})) + z_{l-1}
     z_l  = MLP(LN(z'_l)) + z'_l
+
+``Encoder`` is everything between the patch embedding and the pooling: class token, position
+embedding (with its placement), dropout, the L blocks and the final LayerNorm, like the official
+``Encoder`` module (which a ``VisionTransformer`` names ``Transformer``, its official path).
 
 LayerNorm epsilon is 1e-6 and the GELU is the tanh approximation, both as in the official
 checkpoints (Keras defaults, 1e-3 and exact GELU, move logits by up to 1e-3). Under mixed
@@ -11,9 +15,17 @@ Sub-layer names follow the official (pre-Linen) module paths, so the checkpoint 
 """
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.position import (
+    PLACEMENTS,
+    POSITION_EMBEDDINGS,
+    absolute_position_layer,
+    interpolate_position_embedding,
+)
+from keras_vit.layers.tokens import CLASSIFIERS, ClassToken
 
 LAYER_NORM_EPSILON = 1e-6
 
@@ -178,6 +190,237 @@ class EncoderBlock(keras.layers.Layer):
             attention_dropout_rate=self.attention_dropout_rate,
             approximate_gelu=self.approximate_gelu,
             relative_position=self.relative_position,
+            remat=self.remat,
+            layer_norm_epsilon=self.layer_norm_epsilon,
+        )
+        return config
+
+
+def check_position_options(kind, placement, hidden_size=None):
+    """Validate a position embedding kind and placement (paper Appendix D.4)."""
+    if kind not in POSITION_EMBEDDINGS:
+        raise ValueError(
+            f"Unknown position_embedding {kind!r}; use one of {POSITION_EMBEDDINGS} "
+            "(paper Appendix D.4)."
+        )
+    if placement not in PLACEMENTS:
+        raise ValueError(
+            f"Unknown position_embedding_placement {placement!r}; use one of {PLACEMENTS}."
+        )
+    if placement != "stem" and not kind.startswith("learned"):
+        raise ValueError(
+            f"position_embedding_placement={placement!r} places a learned absolute embedding, "
+            f"but position_embedding={kind!r} has none to place. Use placement 'stem' with "
+            "'relative' or 'none', or a 'learned_1d'/'learned_2d' embedding."
+        )
+    if kind == "learned_2d" and hidden_size is not None and hidden_size % 2:
+        raise ValueError(
+            f"position_embedding='learned_2d' splits the width into X and Y halves, so "
+            f"hidden_size must be even; got {hidden_size}."
+        )
+
+
+def _position_names(placement, num_layers):
+    """The name of the position layer before each block (None: none), and of the stem's."""
+    if placement == "every_layer":
+        return None, [f"posembed_{i}" for i in range(num_layers)]
+    if placement == "every_layer_shared":
+        return None, ["posembed_shared"] * num_layers
+    return "posembed_input", [None] * num_layers
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class Encoder(keras.layers.Layer):
+    """The token grid to the encoded sequence (paper Eq. 1-4, the official ``Encoder``).
+
+    Input: the patch-token grid (batch, rows, cols, D) of ``PatchEmbedding(flatten=False)``.
+    The grid is flattened row-major, the class token ``cls`` is prepended (classifier
+    ``"token"``), the position embedding is added (``posembed_input`` after the stem, or
+    ``posembed_{i}``/``posembed_shared`` before every block), then ``dropout``, the blocks
+    ``encoderblock_0..L-1`` and the final LayerNorm ``encoder_norm``. Output (batch, N, D).
+
+    The absolute position tables are learned on ``position_embedding_grid``. A grid of another
+    size at call time gets the tables interpolated to it inside the call, with the official math
+    (``keras_vit.resize_position_embedding``: bilinear, aligned corners, class row kept), so any
+    image size works; on the learned grid nothing is interpolated.
+
+    Args:
+        num_layers, num_heads, mlp_dim, dropout_rate, attention_dropout_rate,
+        approximate_gelu, remat, layer_norm_epsilon: as ``EncoderBlock`` (and L, the number
+        of blocks); the epsilon is also the final LayerNorm's.
+        position_embedding_grid: (rows, cols) the position tables are learned at.
+        classifier: ``"token"`` prepends a class token; ``"gap"`` does not.
+        position_embedding, position_embedding_placement: see ``VisionTransformer``.
+
+    Example:
+    >>> import numpy as np
+    >>> encoder = Encoder(num_layers=2, num_heads=4, mlp_dim=64, position_embedding_grid=(3, 3))
+    >>> tuple(encoder(np.ones((2, 3, 3, 32), "float32")).shape)
+    (2, 10, 32)
+    >>> tuple(encoder(np.ones((2, 5, 4, 32), "float32")).shape)  # another grid: interpolated
+    (2, 21, 32)
+    """
+
+    def __init__(
+        self,
+        num_layers,
+        num_heads,
+        mlp_dim,
+        position_embedding_grid,
+        classifier="token",
+        dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+        approximate_gelu=True,
+        position_embedding="learned_1d",
+        position_embedding_placement="stem",
+        remat=False,
+        layer_norm_epsilon=LAYER_NORM_EPSILON,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if classifier not in CLASSIFIERS:
+            raise ValueError(f"Unknown classifier {classifier!r}; use one of {CLASSIFIERS}.")
+        check_position_options(position_embedding, position_embedding_placement)
+        self.num_layers = int(num_layers)
+        self.num_heads = int(num_heads)
+        self.mlp_dim = int(mlp_dim)
+        self.position_embedding_grid = tuple(int(v) for v in position_embedding_grid)
+        self.classifier = classifier
+        self.dropout_rate = float(dropout_rate)
+        self.attention_dropout_rate = float(attention_dropout_rate)
+        self.approximate_gelu = bool(approximate_gelu)
+        self.position_embedding = position_embedding
+        self.position_embedding_placement = position_embedding_placement
+        self.remat = bool(remat)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+
+        dtype = self.dtype_policy
+        self.cls = ClassToken(dtype=dtype, name="cls") if classifier == "token" else None
+        stem_name, block_names = _position_names(position_embedding_placement, self.num_layers)
+        if not position_embedding.startswith("learned"):
+            stem_name = None
+        names = [n for n in dict.fromkeys([stem_name, *block_names]) if n is not None]
+        self.position_layers = [
+            absolute_position_layer(position_embedding, self.position_embedding_grid, n, dtype)
+            for n in names
+        ]
+        by_name = {layer.name: layer for layer in self.position_layers}
+        self._stem_position = by_name.get(stem_name)
+        self._block_positions = [by_name.get(n) for n in block_names]
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=dtype, name="dropout")
+        self.blocks = [
+            EncoderBlock(
+                self.num_heads,
+                self.mlp_dim,
+                dropout_rate=self.dropout_rate,
+                attention_dropout_rate=self.attention_dropout_rate,
+                approximate_gelu=self.approximate_gelu,
+                relative_position=position_embedding == "relative",
+                remat=self.remat,
+                layer_norm_epsilon=self.layer_norm_epsilon,
+                dtype=dtype,
+                name=f"encoderblock_{i}",
+            )
+            for i in range(self.num_layers)
+        ]
+        self.encoder_norm = layer_norm("encoder_norm", dtype, self.layer_norm_epsilon)
+
+    def _num_tokens(self, rows, cols):
+        if rows is None or cols is None:
+            return None
+        return rows * cols + (self.cls is not None)
+
+    def build(self, input_shape):
+        batch, rows, cols, dim = input_shape
+        tokens = self._num_tokens(rows, cols)
+        if self.position_embedding == "relative" and tokens is None:
+            raise ValueError(
+                "Relative position embeddings are sized by the number of tokens and need a "
+                "fixed image size; give the model an image_size, or use a 'learned_1d' or "
+                "'learned_2d' embedding for any size at call time."
+            )
+        if self.cls is not None:
+            self.cls.build((batch, None, dim))
+        learned = (batch, self._num_tokens(*self.position_embedding_grid), dim)
+        for layer in self.position_layers:
+            layer.build(learned)
+        for block in self.blocks:
+            block.build((batch, tokens, dim))
+        self.encoder_norm.build((batch, tokens, dim))
+
+    def sublayer(self, name):
+        """The sublayer with this official name (``encoderblock_3``, ``posembed_input``...)."""
+        for layer in (self.cls, *self.position_layers, self.dropout, *self.blocks,
+                      self.encoder_norm):
+            if layer is not None and layer.name == name:
+                return layer
+        return None
+
+    def position_embedding_layer(self, block=0):
+        """The absolute position layer whose table block ``block`` sees (None without one)."""
+        return self._stem_position or self._block_positions[int(block)]
+
+    def _add_position(self, layer, tokens, grid):
+        table = layer.position_embeddings()
+        # A grid known only in the graph (a tensor) is interpolated: for the learned size that is
+        # an exact identity, as the interpolation weights are then exactly 0 and 1.
+        static = all(isinstance(v, (int, np.integer)) for v in grid)
+        if not static or tuple(grid) != self.position_embedding_grid:
+            table = interpolate_position_embedding(
+                table, self.position_embedding_grid, grid, self.cls is not None
+            )
+        return tokens + ops.cast(table, tokens.dtype)
+
+    def embed(self, grid_tokens, training=None):
+        """The sequence entering block 0: flattened grid, class token, stem position, dropout."""
+        shape = ops.shape(grid_tokens)
+        grid = (shape[1], shape[2])
+        x = ops.reshape(grid_tokens, (shape[0], -1, shape[3]))
+        if self.cls is not None:
+            x = self.cls(x)
+        if self._stem_position is not None:
+            x = self._add_position(self._stem_position, x, grid)
+        return self.dropout(x, training=training), grid
+
+    def call(self, inputs, training=None, return_attention_scores=False):
+        x, grid = self.embed(inputs, training=training)
+        probs = []
+        for block, position in zip(self.blocks, self._block_positions):
+            if position is not None:
+                x = self._add_position(position, x, grid)
+            if return_attention_scores:
+                x, p = block(x, training=training, return_attention_scores=True)
+                probs.append(p)
+            else:
+                x = block(x, training=training)
+        x = self.encoder_norm(x)
+        return (x, probs) if return_attention_scores else x
+
+    def compute_output_shape(self, input_shape):
+        batch, rows, cols, dim = input_shape
+        return (batch, self._num_tokens(rows, cols), dim)
+
+    def compute_output_spec(self, inputs, training=None, return_attention_scores=False):
+        shape = self.compute_output_shape(inputs.shape)
+        outputs = keras.KerasTensor(shape, dtype=self.compute_dtype)
+        if not return_attention_scores:
+            return outputs
+        scores = (shape[0], self.num_heads, shape[1], shape[1])
+        return outputs, [keras.KerasTensor(scores, dtype="float32") for _ in self.blocks]
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_layers=self.num_layers,
+            num_heads=self.num_heads,
+            mlp_dim=self.mlp_dim,
+            position_embedding_grid=list(self.position_embedding_grid),
+            classifier=self.classifier,
+            dropout_rate=self.dropout_rate,
+            attention_dropout_rate=self.attention_dropout_rate,
+            approximate_gelu=self.approximate_gelu,
+            position_embedding=self.position_embedding,
+            position_embedding_placement=self.position_embedding_placement,
             remat=self.remat,
             layer_norm_epsilon=self.layer_norm_epsilon,
         )

@@ -50,8 +50,10 @@ class PatchEmbedding(keras.layers.Layer):
     """Linear projection of flattened P x P patches, written as a stride-P convolution.
 
     Input (batch, H, W, C); output (batch, H/P * W/P, hidden_size), grid row-major (the official
-    ``embedding`` module followed by its reshape). Weights: ``kernel`` (P, P, C, D) and ``bias``
-    (D,), the layout of ``embedding/kernel`` in the official files.
+    ``embedding`` module followed by its reshape), or with ``flatten=False`` the token grid
+    (batch, H/P, W/P, hidden_size), which keeps the grid's shape for an image size known only at
+    call time (``keras_vit.layers.encoder.Encoder`` takes it). Weights: ``kernel`` (P, P, C, D)
+    and ``bias`` (D,), the layout of ``embedding/kernel`` in the official files.
 
     Example:
     >>> import numpy as np
@@ -60,10 +62,12 @@ class PatchEmbedding(keras.layers.Layer):
     (1, 49, 32)
     """
 
-    def __init__(self, patch_size, hidden_size, kernel_initializer="lecun_normal", **kwargs):
+    def __init__(self, patch_size, hidden_size, kernel_initializer="lecun_normal", flatten=True,
+                 **kwargs):
         super().__init__(**kwargs)
         self.patch_size = int(patch_size)
         self.hidden_size = int(hidden_size)
+        self.flatten = bool(flatten)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.conv = keras.layers.Conv2D(
             self.hidden_size,
@@ -94,15 +98,17 @@ class PatchEmbedding(keras.layers.Layer):
                 f"the model with num_channels={inputs.shape[-1]}."
             )
         x = self.conv(inputs)
-        rows, cols = x.shape[1], x.shape[2]
-        return ops.reshape(x, (-1, rows * cols, self.hidden_size))
+        if not self.flatten:
+            return x
+        return ops.reshape(x, (ops.shape(x)[0], -1, self.hidden_size))
 
     def compute_output_shape(self, input_shape):
         batch, height, width, _ = input_shape
-        tokens = None
-        if height is not None and width is not None:
-            tokens = (height // self.patch_size) * (width // self.patch_size)
-        return (batch, tokens, self.hidden_size)
+        rows = None if height is None else height // self.patch_size
+        cols = None if width is None else width // self.patch_size
+        if not self.flatten:
+            return (batch, rows, cols, self.hidden_size)
+        return (batch, None if None in (rows, cols) else rows * cols, self.hidden_size)
 
     def get_config(self):
         config = super().get_config()
@@ -110,5 +116,6 @@ class PatchEmbedding(keras.layers.Layer):
             patch_size=self.patch_size,
             hidden_size=self.hidden_size,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            flatten=self.flatten,
         )
         return config

@@ -305,3 +305,57 @@ def resize_position_embedding(posemb, new_grid, has_class_token):
     grid = scipy.ndimage.zoom(grid, zoom, order=1)
     grid = grid.reshape(1, new_side * new_side, -1).astype(posemb.dtype)
     return np.concatenate([token, grid], axis=1)
+
+
+def _linear_resize_matrix(new_length, old_length):
+    """(new, old) weights of a corner-aligned linear resize, the 1-D step of ``zoom(order=1)``.
+
+    Output row i samples the old axis at i * (old - 1) / (new - 1) (row 0 when new is 1, as
+    scipy does); ``new_length`` may be a tensor (a dynamic image size under tf.function).
+    """
+    position = ops.arange(new_length, dtype="float32")
+    step = ops.cast(old_length - 1, "float32") / ops.cast(
+        ops.maximum(new_length - 1, 1), "float32"
+    )
+    source = position * step
+    low = ops.minimum(ops.floor(source), old_length - 1)
+    frac = (source - low)[:, None]
+    low = ops.cast(low, "int32")
+    high = ops.minimum(low + 1, old_length - 1)
+    return ops.one_hot(low, old_length) * (1 - frac) + ops.one_hot(high, old_length) * frac
+
+
+def interpolate_position_embedding(table, old_grid, new_grid, has_class_token):
+    """``resize_position_embedding`` in ``keras.ops``, for a grid known only at call time.
+
+    The same math (class-token row kept, separable bilinear interpolation with aligned corners),
+    written as two small matrix products so that it runs inside a model's call on every backend,
+    also for non-square grids and for sizes that are tensors. Computed in float32.
+
+    Args:
+        table: (1, N, D) tensor, N = rows*cols (+1 with a class token).
+        old_grid: (rows, cols) of ``table``, ints.
+        new_grid: (rows', cols'), ints or scalar tensors.
+        has_class_token: whether row 0 is the class token's embedding.
+
+    Example:
+    >>> import numpy as np
+    >>> table = np.random.default_rng(0).normal(size=(1, 17, 8)).astype("float32")
+    >>> ours = interpolate_position_embedding(table, (4, 4), (6, 6), True)
+    >>> reference = resize_position_embedding(table, 6, True)
+    >>> bool(np.abs(keras.ops.convert_to_numpy(ours) - reference).max() < 1e-5)
+    True
+    """
+    old_rows, old_cols = (int(v) for v in old_grid)
+    new_rows, new_cols = new_grid
+    dtype = table.dtype
+    table = ops.cast(table, "float32")
+    token, grid = (table[:, :1], table[:, 1:]) if has_class_token else (None, table)
+    grid = ops.reshape(grid, (old_rows, old_cols, -1))
+    rows = _linear_resize_matrix(new_rows, old_rows)
+    cols = _linear_resize_matrix(new_cols, old_cols)
+    grid = ops.einsum("ri,ijd,cj->rcd", rows, grid, cols)
+    grid = ops.reshape(grid, (1, -1, ops.shape(table)[-1]))
+    if has_class_token:
+        grid = ops.concatenate([token, grid], axis=1)
+    return ops.cast(grid, dtype)

@@ -2,8 +2,9 @@
 
 Names follow the paper (Table 1 and Sec. 4.1): ``"ViT-B/16"`` is the Base model with 16x16
 patches. Any size works with any patch size (``"ViT-Ti/4"`` for 28x28 images). Published file
-names with an underscore (``"ViT-B_16"``) are accepted too. Other families register themselves
-with ``register_family``; this module registers ViT, the hybrids and BiT:
+names with an underscore (``"ViT-B_16"``) are accepted too. One table, ``FAMILIES``, holds every
+family: its name pattern (parsed once, here), the function from the parsed name to the model's
+configuration, and the published names (``PUBLISHED``):
 
 - ``"BiT-R50x1"`` ... ``"BiT-R200x3"``: BiT ResNetV2 of depth 26/50/101/152/200 and width factor
   x1, x2... (paper Table 6; the published ``"BiT-M-R50x1"`` spelling works too).
@@ -13,6 +14,9 @@ with ``register_family``; this module registers ViT, the hybrids and BiT:
   ``"R+ViT-Ti/16"`` is the AugReg ``R_Ti_16`` model: the ResNet root alone (/4) with 8x8 patches
   on its output, as the official config has it (its total downsampling is therefore 32; the
   name is the published one). AugReg spellings (``"R26_S_32"``) are accepted too.
+
+Loading weights by name is ``keras_vit.create_model(name, weights=...)`` (``keras_vit.pretrained``):
+models import nothing from checkpoints.
 """
 
 import re
@@ -31,60 +35,9 @@ VIT_SIZES = {
 # The official configs use dropout 0.1 for the large models and 0 otherwise.
 VIT_DROPOUT = {"Ti": 0.0, "S": 0.0, "B": 0.0, "L": 0.1, "H": 0.1}
 
-_FAMILIES = []
-
-
-def register_family(pattern, builder, examples):
-    """Register a model family.
-
-    Args:
-        pattern: regular expression matched against the whole name.
-        builder: ``builder(match, image_size=..., num_classes=..., **overrides) -> keras.Model``.
-        examples: names shown in the error message for unknown names.
-    """
-    _FAMILIES.append((re.compile(pattern), builder, tuple(examples)))
-
-
-def vit_config(name):
-    """The keyword arguments of ``VisionTransformer`` for a paper name like ``"ViT-B/16"``."""
-    match = re.fullmatch(r"ViT-(Ti|S|B|L|H)[/_](\d+)", name)
-    if match is None:
-        raise ValueError(f"{name!r} is not a ViT name of the form 'ViT-B/16'.")
-    size, patch = match.group(1), int(match.group(2))
-    return dict(VIT_SIZES[size], patch_size=patch, dropout_rate=VIT_DROPOUT[size])
-
-
-def _build_vit(match, image_size, num_classes, **overrides):
-    config = vit_config(match.group(0))
-    config.update(overrides)
-    return VisionTransformer(image_size=image_size, num_classes=num_classes, **config)
-
-
-register_family(
-    r"ViT-(Ti|S|B|L|H)[/_](\d+)",
-    _build_vit,
-    ["ViT-Ti/16", "ViT-S/16", "ViT-S/32", "ViT-B/8", "ViT-B/16", "ViT-B/32", "ViT-L/16",
-     "ViT-L/32", "ViT-H/14", "ViT-Ti/4 (any size with any patch size)"],
-)
-
-
 # BiT depths -> units per stage (paper Table 6 family; BiT paper Sec. 3.1).
 BIT_DEPTHS = {26: [2, 2, 2, 2], 50: [3, 4, 6, 3], 101: [3, 4, 23, 3], 152: [3, 8, 36, 3],
               200: [3, 24, 36, 3]}
-
-
-def _build_bit(match, image_size, num_classes, **overrides):
-    config = dict(block_units=BIT_DEPTHS[int(match.group(2))], width_factor=int(match.group(3)))
-    config.update(overrides)
-    return ResNetV2(image_size=image_size, num_classes=num_classes, **config)
-
-
-register_family(
-    r"BiT(-[MS])?-R(26|50|101|152|200)x([1-9]\d*)",
-    _build_bit,
-    ["BiT-R50x1", "BiT-R50x2", "BiT-R50x3", "BiT-R101x1", "BiT-R101x3", "BiT-R152x1",
-     "BiT-R152x2", "BiT-R152x4", "BiT-R200x3", "BiT-R26x1 (any depth 26/50/101/152/200, any x)"],
-)
 
 # (ResNet, total downsampling) -> (units per stage, patch size on the feature map).
 HYBRIDS = {
@@ -95,6 +48,73 @@ HYBRIDS = {
 }
 
 
+def _vit(size, patch):
+    return VisionTransformer, dict(VIT_SIZES[size], patch_size=int(patch),
+                                   dropout_rate=VIT_DROPOUT[size])
+
+
+def _hybrid(resnet, size, total):
+    if (resnet, int(total)) not in HYBRIDS:
+        valid = ", ".join(f"{r}+ViT-*/{t}" for r, t in HYBRIDS)
+        raise ValueError(
+            f"No hybrid {resnet}+ViT-{size}/{total}: the official hybrids are {valid}."
+        )
+    num_layers, patch = HYBRIDS[resnet, int(total)]
+    dropout = 0.1 if (resnet, size, int(total)) == ("R50", "B", 16) else VIT_DROPOUT[size]
+    return VisionTransformer, dict(VIT_SIZES[size], patch_size=patch, dropout_rate=dropout,
+                                   resnet=dict(num_layers=list(num_layers), width_factor=1))
+
+
+def _bit(depth, width):
+    return ResNetV2, dict(block_units=BIT_DEPTHS[int(depth)], width_factor=int(width))
+
+
+# family -> (name pattern, configuration of the parsed groups, published names).
+FAMILIES = {
+    "ViT": (
+        r"ViT-(Ti|S|B|L|H)[/_](\d+)", _vit,
+        ["ViT-Ti/16", "ViT-S/16", "ViT-S/32", "ViT-B/8", "ViT-B/16", "ViT-B/32", "ViT-L/16",
+         "ViT-L/32", "ViT-H/14"],
+    ),
+    "hybrid ResNet+ViT": (
+        r"(R50|R26|R)(?:\+ViT-|_)(Ti|S|B|L|H)[/_](\d+)", _hybrid,
+        ["R50+ViT-B/16", "R50+ViT-B/32", "R50+ViT-L/16", "R50+ViT-L/32", "R26+ViT-S/32",
+         "R+ViT-Ti/16"],
+    ),
+    "BiT ResNetV2": (
+        r"BiT(?:-[MS])?-R(26|50|101|152|200)x([1-9]\d*)", _bit,
+        ["BiT-R50x1", "BiT-R50x2", "BiT-R50x3", "BiT-R101x1", "BiT-R101x3", "BiT-R152x1",
+         "BiT-R152x2", "BiT-R152x4", "BiT-R200x3"],
+    ),
+}
+_PATTERNS = {family: re.compile(pattern) for family, (pattern, _, _) in FAMILIES.items()}
+PUBLISHED = [name for _, _, names in FAMILIES.values() for name in names]
+_HINTS = ["ViT-Ti/4 (any ViT size with any patch size)", "BiT-R26x1 (any depth 26/50/101/152/200, "
+          "any width)"]
+
+
+def parse(name):
+    """``(family, model class, configuration)`` of a registered name.
+
+    Example:
+    >>> family, cls, config = parse("R26+ViT-S/32")
+    >>> family, cls.__name__, config["resnet"]
+    ('hybrid ResNet+ViT', 'VisionTransformer', {'num_layers': [2, 2, 2, 2], 'width_factor': 1})
+    """
+    for family, pattern in _PATTERNS.items():
+        match = pattern.fullmatch(str(name))
+        if match is not None:
+            model_class, config = FAMILIES[family][1](*match.groups())
+            return family, model_class, config
+    valid = "\n  ".join(model_names() + _HINTS)
+    raise ValueError(f"Unknown model name {name!r}. Valid names:\n  {valid}")
+
+
+def model_config(name):
+    """The constructor arguments of the model a paper name stands for (``"ViT-B/16"``...)."""
+    return parse(name)[2]
+
+
 def hybrid_config(name):
     """The ``VisionTransformer`` arguments of a hybrid name like ``"R50+ViT-B/16"``.
 
@@ -102,48 +122,34 @@ def hybrid_config(name):
     >>> hybrid_config("R26+ViT-S/32")["resnet"]
     {'num_layers': [2, 2, 2, 2], 'width_factor': 1}
     """
-    match = re.fullmatch(r"(R50|R26|R)(?:\+ViT-|_)(Ti|S|B|L|H)[/_](\d+)", name)
-    if match is None:
+    family, _, config = parse(name)
+    if family != "hybrid ResNet+ViT":
         raise ValueError(f"{name!r} is not a hybrid name of the form 'R50+ViT-B/16'.")
-    resnet, size, total = match.group(1), match.group(2), int(match.group(3))
-    if (resnet, total) not in HYBRIDS:
-        valid = ", ".join(f"{r}+ViT-*/{t}" for r, t in HYBRIDS)
-        raise ValueError(f"No hybrid {name!r}: the official hybrids are {valid}.")
-    num_layers, patch = HYBRIDS[resnet, total]
-    dropout = 0.1 if (resnet, size, total) == ("R50", "B", 16) else VIT_DROPOUT[size]
-    return dict(VIT_SIZES[size], patch_size=patch, dropout_rate=dropout,
-                resnet=dict(num_layers=list(num_layers), width_factor=1))
+    return config
 
 
-def _build_hybrid(match, image_size, num_classes, **overrides):
-    config = hybrid_config(match.group(0))
-    config.update(overrides)
-    return VisionTransformer(image_size=image_size, num_classes=num_classes, **config)
-
-
-register_family(
-    r"(R50|R26|R)(?:\+ViT-|_)(Ti|S|B|L|H)[/_](\d+)",
-    _build_hybrid,
-    ["R50+ViT-B/16", "R50+ViT-B/32", "R50+ViT-L/16", "R50+ViT-L/32", "R26+ViT-S/32",
-     "R+ViT-Ti/16"],
-)
+def family_of(model_or_class, config):
+    """The family name (a ``FAMILIES`` key) of a model class and its configuration."""
+    if model_or_class is ResNetV2 or isinstance(model_or_class, ResNetV2):
+        return "BiT ResNetV2"
+    return "ViT" if config.get("resnet") is None else "hybrid ResNet+ViT"
 
 
 def model_names():
-    """Example names of every registered family."""
-    return [name for _, _, examples in _FAMILIES for name in examples]
+    """The published model names of every family (any ViT size takes any patch size too)."""
+    return list(PUBLISHED)
 
 
-def create_model(name, *, image_size=224, num_classes=1000, weights=None, **overrides):
-    """Build a model from its paper name.
+def create_model(name, *, image_size=224, num_classes=1000, **overrides):
+    """Build a model from its paper name, randomly initialised.
+
+    ``keras_vit.create_model`` also takes ``weights=`` (an official file or published name).
 
     Args:
-        name: e.g. ``"ViT-B/16"``, ``"ViT-Ti/4"``.
-        image_size: input side (or (height, width)).
+        name: e.g. ``"ViT-B/16"``, ``"ViT-Ti/4"``, ``"R50+ViT-B/16"``, ``"BiT-R50x1"``.
+        image_size: input side (or (height, width)); ``None`` with ``position_embedding_grid``
+            for a ViT of any size at call time.
         num_classes: head size, or None for a feature extractor.
-        weights: None for random initialisation, or an official ``.npz`` path, URL or published
-            name (``"imagenet21k/ViT-B_16"``), loaded with ``load_checkpoint``; the file must hold
-            the named architecture.
         **overrides: any constructor argument (``dropout_rate``, ``classifier``, ...).
 
     Example:
@@ -151,44 +157,6 @@ def create_model(name, *, image_size=224, num_classes=1000, weights=None, **over
     >>> model.count_params()
     5353738
     """
-    for pattern, builder, _ in _FAMILIES:
-        match = pattern.fullmatch(name)
-        if match is None:
-            continue
-        if weights is None:
-            return builder(match, image_size=image_size, num_classes=num_classes, **overrides)
-        return _with_weights(name, builder, match, weights, image_size, num_classes, overrides)
-    valid = "\n  ".join(model_names())
-    raise ValueError(f"Unknown model name {name!r}. Valid names:\n  {valid}")
-
-
-def _with_weights(name, builder, match, weights, image_size, num_classes, overrides):
-    from keras_vit.checkpoints.official import load_checkpoint
-
-    model = load_checkpoint(weights, image_size=image_size, num_classes=num_classes, **overrides)
-    reference = builder(match, image_size=image_size, num_classes=num_classes, **overrides)
-    if _family_name(model) != _family_name(reference):
-        raise ValueError(
-            f"The weights {weights!r} hold a {_family_name(model)} checkpoint, but {name!r} is a "
-            f"{_family_name(reference)}. Use create_model with a {_family_name(model)} name, or "
-            "load_checkpoint(weights) to build whatever the file holds."
-        )
-    config, expected = model.get_config(), reference.get_config()
-    keys = [k for k in expected if k not in ("name", "dtype", "num_classes", "representation_size",
-                                             "dropout_rate", "attention_dropout_rate")]
-    different = {k: (config.get(k), expected[k]) for k in keys if config.get(k) != expected[k]}
-    if type(model) is not type(reference) or different:
-        raise ValueError(
-            f"The weights {weights!r} do not hold a {name} model; differing settings "
-            f"(file, name): {different or type(model).__name__}. Use create_model with the "
-            "matching name, or load_checkpoint to build whatever the file holds."
-        )
-    return model
-
-
-def _family_name(model):
-    if isinstance(model, ResNetV2):
-        return "BiT ResNetV2"
-    if getattr(model, "resnet", None) is not None:
-        return "hybrid ResNet+ViT"
-    return "ViT"
+    _, model_class, config = parse(name)
+    config.update(overrides)
+    return model_class(image_size=image_size, num_classes=num_classes, **config)

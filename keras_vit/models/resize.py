@@ -10,6 +10,7 @@ by layer (by name), so this works for any model built from a config, plain ViT o
 import numpy as np
 import scipy.ndimage
 
+from keras_vit.layers.encoder import Encoder
 from keras_vit.layers.position import (
     AddPositionEmbedding,
     AddPositionEmbedding2D,
@@ -43,7 +44,7 @@ def rebuild(model, skip=(), **config_changes):
         raise ValueError(f"{type(model).__name__} has no config entries {unknown}.")
     config.update(config_changes)
     new = type(model).from_config(config)
-    for layer in new.layers:
+    for layer in weight_layers(new):
         if layer.name in skip or not layer.weights:
             continue
         try:
@@ -71,10 +72,24 @@ def rebuild(model, skip=(), **config_changes):
     return new
 
 
+def weight_layers(model):
+    """The layers holding weights, by official name: the encoder's own instead of the encoder."""
+    for layer in model.layers:
+        if isinstance(layer, Encoder):
+            yield from layer._flatten_layers(include_self=False, recursive=False)
+        else:
+            yield layer
+
+
+def position_grid(model):
+    """The (rows, cols) grid a ViT's position tables are learned at."""
+    return tuple(model.position_embedding_grid or model.grid_size)
+
+
 def _resized_posemb(old_model, new_model, posemb):
-    old_rows, old_cols = old_model.grid_size
+    old_rows, old_cols = position_grid(old_model)
     has_class_token = posemb.shape[1] - old_rows * old_cols == 1
-    return resize_position_embedding(posemb, new_model.grid_size, has_class_token)
+    return resize_position_embedding(posemb, position_grid(new_model), has_class_token)
 
 
 def _resize_table(table, length):
@@ -103,7 +118,10 @@ def resize_model(model, image_size):
     Args:
         model: a keras_vit model (``VisionTransformer``, plain or hybrid).
         image_size: the new side (int) or a square (height, width) pair; a multiple of
-            ``model.stride`` (the patch size, times the ResNet stride for a hybrid).
+            ``model.stride`` (the patch size, times the ResNet stride for a hybrid). ``None``
+            gives the model for any size at call time: the same weights, its position tables
+            interpolated inside the call to each input's grid (``VisionTransformer``'s
+            ``image_size=None``), equal to this function's result at every size.
 
     Example:
     >>> import keras_vit
@@ -113,6 +131,8 @@ def resize_model(model, image_size):
     >>> bigger.image_size, bigger.grid_size
     ((56, 56), (8, 8))
     """
+    if image_size is None:
+        return _any_size(model)
     height, width = _square_size(image_size)
     stride = int(getattr(model, "stride", 1))
     if height != width:
@@ -120,7 +140,7 @@ def resize_model(model, image_size):
             f"Cannot resize to {height}x{width}: the official position-embedding resize only "
             f"handles square grids. Use a square image size, e.g. {max(height, width)}."
         )
-    old = tuple(getattr(model, "image_size", (height, width)))
+    old = tuple(getattr(model, "image_size", None) or (height, width))
     if old[0] != old[1]:
         raise ValueError(
             f"The model's resolution {old[0]}x{old[1]} is not square; the official "
@@ -139,4 +159,84 @@ def resize_model(model, image_size):
             "of tokens and have no official resize; resize_model supports learned 1-D and 2-D "
             "absolute position embeddings (or none)."
         )
-    return rebuild(model, image_size=[height, width])
+    changes = {"image_size": [height, width]}
+    if model.get_config().get("image_size", 0) is None:
+        changes["position_embedding_grid"] = None  # tables resized to the new grid, as above
+    return rebuild(model, **changes)
+
+
+def _any_size(model):
+    if getattr(model, "position_embedding", None) == "relative":
+        raise ValueError(
+            "Relative position embeddings are sized by the number of tokens and need a fixed "
+            "image size; only models with learned 1-D/2-D embeddings (or none) take any size."
+        )
+    if getattr(model, "image_size", None) is None:
+        return rebuild(model)
+    return rebuild(model, image_size=None, position_embedding_grid=list(position_grid(model)))
+
+
+def _bilinear_matrix(new, old):
+    """(new, old) weights of a 1-D bilinear resize with half-pixel centres, antialiased when
+    shrinking (the triangle kernel widened by old/new), as ``jax.image.resize`` computes it."""
+    scale = new / old
+    kernel_scale = min(scale, 1.0)
+    centres = (np.arange(new) + 0.5) / scale - 0.5
+    distance = np.abs(np.arange(old)[None, :] - centres[:, None]) * kernel_scale
+    weights = np.maximum(0.0, 1.0 - distance)
+    return weights / weights.sum(axis=1, keepdims=True)
+
+
+def pi_resize_kernel(kernel, patch_size):
+    """A patch-embedding kernel (P, P, C, D) resized to (P', P', C, D) by pseudo-inverse.
+
+    FlexiViT (Beyer et al. 2023, Sec. 3.4): with B the bilinear resize of a P x P patch to
+    P' x P', the new kernel w' = pinv(B^T) w gives <B x, w'> = <x, w> for every patch x when
+    upsampling (P' >= P), and the least-squares best match when downsampling. Float64 inside.
+    """
+    old = kernel.shape[0]
+    resize = np.kron(_bilinear_matrix(patch_size, old), _bilinear_matrix(patch_size, old))
+    flat = np.asarray(kernel, np.float64).reshape(old * old, -1)
+    new = np.linalg.pinv(resize.T) @ flat
+    return new.reshape(patch_size, patch_size, *kernel.shape[2:]).astype(kernel.dtype)
+
+
+def resize_patch_size(model, patch_size):
+    """The same ViT with another patch size (FlexiViT's PI-resize), all weights carried over.
+
+    The patch-embedding kernel is resized by ``pi_resize_kernel`` and the position embeddings
+    are interpolated to the new grid as ``resize_model`` does (a model of any size keeps its
+    table and interpolates it in the call). The image size stays; it must be a multiple of the
+    new patch size (times the ResNet stride of a hybrid, whose feature-map patches are resized).
+
+    Example:
+    >>> import keras_vit
+    >>> model = keras_vit.VisionTransformer(image_size=32, patch_size=8, hidden_size=16,
+    ...     num_layers=1, num_heads=2, mlp_dim=32, num_classes=10)
+    >>> finer = resize_patch_size(model, 4)
+    >>> finer.patch_size, finer.grid_size
+    (4, (8, 8))
+    """
+    patch_size = int(patch_size)
+    if patch_size < 1:
+        raise ValueError(f"patch_size must be a positive integer, got {patch_size}.")
+    if not hasattr(model, "patch_size") or not hasattr(model, "encoder"):
+        raise TypeError(f"resize_patch_size takes a VisionTransformer, got {type(model).__name__}.")
+    if model.image_size is not None:
+        stem = model.stride // model.patch_size
+        for side in model.image_size:
+            if patch_size * stem > side:
+                raise ValueError(
+                    f"The patch size {patch_size} is larger than the image ({side} pixels"
+                    f"{' / ' + str(stem) + ' after the ResNet stem' if stem > 1 else ''})."
+                )
+            if side % (patch_size * stem):
+                raise ValueError(
+                    f"The image side {side} is not a multiple of the new patch size "
+                    f"{patch_size}{' times the ResNet stride ' + str(stem) if stem > 1 else ''}; "
+                    "pick a patch size that divides it, or resize_model first."
+                )
+    new = rebuild(model, skip=("embedding",), patch_size=patch_size)
+    kernel, bias = model.get_layer("embedding").get_weights()
+    new.get_layer("embedding").set_weights([pi_resize_kernel(kernel, patch_size), bias])
+    return new

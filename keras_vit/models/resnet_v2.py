@@ -16,11 +16,18 @@ from keras_vit.layers.resnet import (
     root_width,
     stage_strides,
 )
-from keras_vit.models.vit import _check_positive, _image_shape, float32_output_dtype
+from keras_vit.models.base import (
+    ConfiguredModel,
+    check_positive,
+    float32_output_dtype,
+    head,
+    image_shape,
+    optional_int,
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class ResNetV2(keras.Model):
+class ResNetV2(ConfiguredModel):
     """BiT ResNetV2 classifier (a functional ``keras.Model``).
 
     Graph: images -> ``root_block`` -> ``block1`` ... ``blockS`` -> ``norm-pre-head`` (GroupNorm)
@@ -58,17 +65,17 @@ class ResNetV2(keras.Model):
         head_kernel_initializer="zeros",
         head_bias_init=0.0,
         name="resnetv2",
+        dtype=None,
         **kwargs,
     ):
         block_units = check_units(block_units, "block_units", allow_empty=False)
         width = root_width(width_factor)
-        _check_positive(num_channels=num_channels)
+        check_positive(num_channels=num_channels)
         if num_classes is not None:
-            _check_positive(num_classes=num_classes)
-        height, side_width = (None, None) if image_size is None else _image_shape(image_size)
-        dtype = kwargs.pop("dtype", None)
+            check_positive(num_classes=num_classes)
+        sides = (None, None) if image_size is None else image_shape(image_size)
 
-        inputs = keras.Input((height, side_width, int(num_channels)), name="images")
+        inputs = keras.Input((*sides, int(num_channels)), name="images")
         x = BiTRoot(width, dtype=dtype, name="root_block")(inputs)
         for i, (units, strides) in enumerate(zip(block_units, stage_strides(len(block_units)))):
             x = ResNetStage(units, width * 2**i, strides, style="bit", dtype=dtype,
@@ -77,48 +84,22 @@ class ResNetV2(keras.Model):
         x = keras.layers.ReLU(dtype=dtype, name="relu")(x)
         x = keras.layers.GlobalAveragePooling2D(dtype=dtype, name="pool")(x)
         if num_classes is not None:
-            x = keras.layers.Dense(
-                num_classes,
-                kernel_initializer=head_kernel_initializer,
-                bias_initializer=keras.initializers.Constant(head_bias_init),
-                dtype=float32_output_dtype(dtype),
-                name="head",
-            )(x)
-        super().__init__(inputs=inputs, outputs=x, name=name, **kwargs)
-        if dtype is not None:  # a functional Model ignores the dtype argument
-            self.dtype_policy = dtype
-
-        self.block_units = block_units
-        self.width_factor = plain_number(width_factor)
-        self.num_classes = None if num_classes is None else int(num_classes)
-        self.image_size = None if image_size is None else (height, side_width)
-        self.num_channels = int(num_channels)
-        self.head_kernel_initializer = keras.initializers.serialize(
-            keras.initializers.get(head_kernel_initializer)
+            x = head(num_classes, head_kernel_initializer, head_bias_init,
+                     float32_output_dtype(dtype))(x)
+        arguments = dict(
+            block_units=block_units,
+            width_factor=plain_number(width_factor),
+            num_classes=optional_int(num_classes),
+            image_size=None if image_size is None else sides,
+            num_channels=int(num_channels),
+            head_kernel_initializer=keras.initializers.serialize(
+                keras.initializers.get(head_kernel_initializer)
+            ),
+            head_bias_init=float(head_bias_init),
         )
-        self.head_bias_init = float(head_bias_init)
+        super().__init__(inputs=inputs, outputs=x, name=name, arguments=arguments, dtype=dtype,
+                         **kwargs)
 
     def feature_extractor(self):
         """A model from images to the head's input, ``mean_hw(relu(norm-pre-head(x)))``."""
         return keras.Model(self.input, self.get_layer("pool").output, name=f"{self.name}_features")
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
-            "block_units": list(self.block_units),
-            "width_factor": self.width_factor,
-            "num_classes": self.num_classes,
-            "image_size": None if self.image_size is None else list(self.image_size),
-            "num_channels": self.num_channels,
-            "head_kernel_initializer": self.head_kernel_initializer,
-            "head_bias_init": self.head_bias_init,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)

@@ -111,10 +111,10 @@ class MaskedPatchPrediction(keras.Model):
         **kwargs,
     ):
         names = {layer.name for layer in getattr(encoder, "layers", ())}
-        if not isinstance(encoder, keras.Model) or not {"embedding", "encoder_norm"} <= names:
+        if not isinstance(encoder, keras.Model) or not {"embedding", "Transformer"} <= names:
             raise TypeError(
                 "MaskedPatchPrediction needs a keras_vit VisionTransformer encoder (with "
-                f"'embedding' and 'encoder_norm' layers), got {type(encoder).__name__}."
+                f"'embedding' and 'Transformer' layers), got {type(encoder).__name__}."
             )
         if target not in TARGETS:
             raise ValueError(f"Unknown target {target!r}; use one of {TARGETS}.")
@@ -149,8 +149,11 @@ class MaskedPatchPrediction(keras.Model):
 
         embedded = encoder.get_layer("embedding").output
         self.patch_embedding = keras.Model(encoder.input, embedded, name="patch_embedding")
-        self.trunk = keras.Model(embedded, encoder.get_layer("encoder_norm").output, name="trunk")
-        self.num_patches, self.hidden_size = int(embedded.shape[1]), int(embedded.shape[2])
+        self.trunk = keras.Model(embedded, encoder.get_layer("Transformer").output, name="trunk")
+        # The embedding is the (rows, cols) token grid the encoder takes; corruption is per token.
+        self.grid_shape = tuple(int(v) for v in embedded.shape[1:])
+        self.num_patches = self.grid_shape[0] * self.grid_shape[1]
+        self.hidden_size = self.grid_shape[2]
         self.num_corrupted = max(1, round(self.corrupt_rate * self.num_patches))
         if self.random_fraction and self.num_patches < 2:
             raise ValueError("Replacing a patch by another one needs at least 2 patches.")
@@ -222,9 +225,10 @@ class MaskedPatchPrediction(keras.Model):
         return tokens, ops.cast(corrupted, "float32")
 
     def call(self, images, training=None):
-        tokens = self.patch_embedding(images, training=training)
+        grid = self.patch_embedding(images, training=training)
+        tokens = ops.reshape(grid, (-1, self.num_patches, self.hidden_size))
         tokens, corrupted = self.corrupt(tokens)
-        encoded = self.trunk(tokens, training=training)
+        encoded = self.trunk(ops.reshape(tokens, (-1, *self.grid_shape)), training=training)
         encoded = encoded[:, encoded.shape[1] - self.num_patches :]  # drop the class token
         predictions = self.mpp_head(encoded)
         if self.cells > 1:

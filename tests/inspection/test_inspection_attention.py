@@ -49,8 +49,8 @@ def test_attention_weights_shapes_and_rows(classifier, tokens, vit_images, reque
 
 def test_first_layer_weights_are_the_softmax_of_the_first_block(token_vit, vit_images):
     """Recompute block 0's attention from its weights with numpy."""
-    stem = keras.Model(token_vit.input, token_vit.get_layer("dropout").output)
-    x = to_numpy(stem(vit_images)).astype("float64")
+    tokens, _ = token_vit.encoder.embed(token_vit.get_layer("embedding")(vit_images))
+    x = to_numpy(tokens).astype("float64")
     block = token_vit.get_layer("encoderblock_0")
     norm = block.LayerNorm_0
     y = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-6)

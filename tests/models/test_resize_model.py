@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.models.resize import rebuild
+from keras_vit.models.resize import rebuild, weight_layers
 
 
 def _tiny(**kwargs):
@@ -27,7 +27,7 @@ def test_resize_model_carries_weights_and_resizes_posemb(classifier):
     assert bigger.image_size == (32, 32) and bigger.grid_size == (8, 8)
     expected = keras_vit.resize_position_embedding(_posemb(model), 8, classifier == "token")
     np.testing.assert_array_equal(_posemb(bigger), expected)
-    for layer in model.layers:
+    for layer in weight_layers(model):
         if layer.name == "posembed_input":
             continue
         for a, b in zip(layer.get_weights(), bigger.get_layer(layer.name).get_weights()):

@@ -25,7 +25,7 @@ def tiny(**kwargs):
 
 @pytest.mark.parametrize("name", ["ViT-S/32", "ViT-B/8", "ViT-B/32", "ViT-L/32", "ViT-B_16"])
 def test_paper_names_parse(name):
-    config = keras_vit.models.registry.vit_config(name)
+    config = keras_vit.models.registry.model_config(name)
     assert config["patch_size"] == int(name.split("/")[-1].split("_")[-1])
 
 
@@ -44,8 +44,8 @@ def test_unknown_name_lists_valid_names():
 
 
 def test_large_models_use_official_dropout():
-    assert keras_vit.models.registry.vit_config("ViT-L/16")["dropout_rate"] == 0.1
-    assert keras_vit.models.registry.vit_config("ViT-B/16")["dropout_rate"] == 0.0
+    assert keras_vit.models.registry.model_config("ViT-L/16")["dropout_rate"] == 0.1
+    assert keras_vit.models.registry.model_config("ViT-B/16")["dropout_rate"] == 0.0
 
 
 def test_patchify_equals_patch_embedding():

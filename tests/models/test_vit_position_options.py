@@ -8,6 +8,7 @@ import pytest
 
 import keras_vit
 from keras_vit import VisionTransformer
+from keras_vit.models.resize import weight_layers
 
 VARIANTS = [
     ("learned_1d", "stem"),
@@ -75,7 +76,7 @@ def test_default_is_the_official_layout():
     model = tiny()
     assert model.position_embedding == "learned_1d"
     assert model.position_embedding_placement == "stem"
-    assert _position_weights(model) == {"posembed_input/pos_embedding": (1, 5, HIDDEN)}
+    assert _position_weights(model) == {"Transformer/posembed_input/pos_embedding": (1, 5, HIDDEN)}
 
 
 @pytest.mark.parametrize("classifier, extra", [("token", HIDDEN), ("gap", 0)])
@@ -89,7 +90,7 @@ def test_relative_has_2n_minus_1_offsets_per_layer_and_head():
     weights = _position_weights(tiny("relative", classifier="gap", num_layers=3))
     tokens = ROWS * COLS
     assert weights == {
-        f"encoderblock_{i}/MultiHeadDotProductAttention_1/relative_position/embedding":
+        f"Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1/relative_position/embedding":
         (2 * tokens - 1, 2, HIDDEN // 2) for i in range(3)
     }
 
@@ -115,10 +116,10 @@ def test_none_is_permutation_equivariant_over_patches():
 
 def test_every_layer_has_one_table_per_block_and_shared_one_in_all():
     assert sorted(_position_weights(tiny("learned_1d", "every_layer", num_layers=3))) == [
-        f"posembed_{i}/pos_embedding" for i in range(3)
+        f"Transformer/posembed_{i}/pos_embedding" for i in range(3)
     ]
     shared = tiny("learned_1d", "every_layer_shared", num_layers=3)
-    assert list(_position_weights(shared)) == ["posembed_shared/pos_embedding"]
+    assert list(_position_weights(shared)) == ["Transformer/posembed_shared/pos_embedding"]
     layer = shared.get_layer("posembed_shared")
     assert all(shared.position_embedding_layer(i) is layer for i in range(3))
 
@@ -127,7 +128,7 @@ def test_every_layer_has_one_table_per_block_and_shared_one_in_all():
 def test_shared_equals_every_layer_with_equal_tables(kind):
     shared = tiny(kind, "every_layer_shared", num_layers=3)
     separate = tiny(kind, "every_layer", num_layers=3)
-    for layer in shared.layers:
+    for layer in weight_layers(shared):
         if layer.weights and layer.name != "posembed_shared":
             separate.get_layer(layer.name).set_weights(layer.get_weights())
     for i in range(3):
@@ -144,10 +145,14 @@ def test_shared_equals_every_layer_with_equal_tables(kind):
     assert not np.allclose(_np(separate(images)), _np(shared(images)), atol=1e-4)
 
 
-def test_stem_placement_adds_once_before_the_dropout():
+def test_stem_placement_adds_the_table_once_to_the_class_token_and_patches():
     model = tiny("learned_2d")
-    names = [layer.name for layer in model.layers]
-    assert names.index("posembed_input") < names.index("dropout") < names.index("encoderblock_0")
+    grid = np.random.default_rng(2).normal(size=(2, ROWS, COLS, HIDDEN)).astype("float32")
+    tokens, _ = model.encoder.embed(grid)
+    cls = _np(model.get_layer("cls").cls)
+    table = _np(model.get_layer("posembed_input").position_embeddings())
+    expected = np.concatenate([np.repeat(cls, 2, axis=0), grid.reshape(2, -1, HIDDEN)], 1) + table
+    np.testing.assert_allclose(_np(tokens), expected, atol=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,91 @@
+"""What every keras_vit model shares: argument checks and a config that is its arguments.
+
+A model's constructor arguments are its configuration (architecture.md): ``ConfiguredModel``
+keeps the normalised arguments a subclass hands it and returns exactly them from ``get_config``,
+so ``from_config(get_config())`` rebuilds the same architecture and ``.keras`` files round-trip.
+"""
+
+import keras
+
+
+def image_shape(image_size):
+    """``(height, width)`` from an int or a pair (each side a positive int)."""
+    if isinstance(image_size, (tuple, list)):
+        if len(image_size) != 2:
+            raise ValueError(
+                f"image_size must be an int or a (height, width) pair, got {image_size!r}."
+            )
+        height, width = int(image_size[0]), int(image_size[1])
+    else:
+        height = width = int(image_size)
+    if height < 1 or width < 1:
+        raise ValueError(f"image_size must be positive, got {image_size!r}.")
+    return height, width
+
+
+def check_positive(**values):
+    """Raise a ``ValueError`` naming the first argument that is not a positive integer."""
+    for name, value in values.items():
+        if value is None or int(value) < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+
+
+def optional_int(value):
+    return None if value is None else int(value)
+
+
+def float32_output_dtype(dtype):
+    """The dtype for a model's last layer: float32 under a mixed policy, else ``dtype``.
+
+    Under ``mixed_float16``/``mixed_bfloat16`` the logits feed the loss in float32 (the Keras
+    mixed-precision guidance); the head's weights are float32 already, so this costs nothing.
+    """
+    policy = keras.dtype_policies.get(dtype) if dtype is not None else keras.config.dtype_policy()
+    if policy.quantization_mode is None and policy.compute_dtype != policy.variable_dtype:
+        return policy.variable_dtype
+    return dtype
+
+
+def head(num_classes, kernel_initializer, bias_init, dtype):
+    """The classification head: Dense(num_classes), zero kernel and constant bias by default."""
+    return keras.layers.Dense(
+        num_classes,
+        kernel_initializer=kernel_initializer,
+        bias_initializer=keras.initializers.Constant(bias_init),
+        dtype=dtype,
+        name="head",
+    )
+
+
+class ConfiguredModel(keras.Model):
+    """A functional model whose config is the normalised constructor arguments.
+
+    A subclass builds its graph, calls ``super().__init__(inputs=..., outputs=..., name=...,
+    arguments=...)`` with the dict of its own (normalised) arguments; each becomes an attribute
+    of the same name and the whole dict is ``get_config``.
+    """
+
+    def __init__(self, *, inputs, outputs, name, arguments, dtype=None, **kwargs):
+        super().__init__(inputs=inputs, outputs=outputs, name=name, **kwargs)
+        if dtype is not None:  # a functional Model ignores the dtype argument
+            self.dtype_policy = dtype
+        self._arguments = dict(arguments)
+        for key, value in self._arguments.items():
+            setattr(self, key, value)
+
+    def get_config(self):
+        config = {
+            "name": self.name,
+            "trainable": self.trainable,
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+        }
+        for key, value in self._arguments.items():
+            config[key] = list(value) if isinstance(value, tuple) else value
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        return cls(**config)

@@ -1,0 +1,61 @@
+"""``create_model`` with weights: a registered name (models) filled from an official file
+(checkpoints). It lives above both, so that models import nothing from checkpoints."""
+
+from keras_vit.checkpoints.formats import load_checkpoint
+from keras_vit.models import registry
+
+# Settings a fine-tuning or a file may change without changing the architecture.
+_FREE = ("name", "trainable", "dtype", "num_classes", "representation_size", "dropout_rate",
+         "attention_dropout_rate")
+
+
+def create_model(name, *, image_size=224, num_classes=1000, weights=None, **overrides):
+    """Build a model from its paper name (``keras_vit.models.registry.create_model``).
+
+    Args:
+        name: e.g. ``"ViT-B/16"``, ``"ViT-Ti/4"``.
+        image_size: input side (or (height, width)).
+        num_classes: head size, or None for a feature extractor.
+        weights: None for random initialisation, or any checkpoint ``load_checkpoint`` reads
+            (an official ``.npz`` path, URL or published name such as
+            ``"imagenet21k/ViT-B_16"``, a timm file, a transformers folder); the file must hold
+            the named architecture (checked against the name's configuration).
+        **overrides: any constructor argument (``dropout_rate``, ``classifier``, ...).
+
+    Example:
+    >>> model = create_model("ViT-Ti/4", image_size=28, num_classes=10, num_channels=1)
+    >>> model.count_params()
+    5353738
+    """
+    if weights is None:
+        return registry.create_model(name, image_size=image_size, num_classes=num_classes,
+                                     **overrides)
+    family, model_class, expected = registry.parse(name)
+    model = load_checkpoint(weights, image_size=image_size, num_classes=num_classes, **overrides)
+    found = registry.family_of(model, model.get_config())
+    if found != family:
+        raise ValueError(
+            f"The weights {weights!r} hold a {found} checkpoint, but {name!r} is a {family}. "
+            f"Use create_model with a {found} name, or load_checkpoint(weights) to build whatever "
+            "the file holds."
+        )
+    expected.update(overrides)
+    config = model.get_config()
+    different = {key: (config.get(key), _plain(value)) for key, value in expected.items()
+                 if key not in _FREE and config.get(key) != _plain(value)}
+    if different:
+        raise ValueError(
+            f"The weights {weights!r} do not hold a {name} model; differing settings "
+            f"(file, name): {different}. Use create_model with the matching name, or "
+            "load_checkpoint to build whatever the file holds."
+        )
+    return model
+
+
+def _plain(value):
+    """A configuration value as ``get_config`` writes it (tuples become lists)."""
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value

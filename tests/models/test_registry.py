@@ -1,0 +1,33 @@
+"""The registry: one table of names, parsed once; models import nothing from checkpoints."""
+
+import ast
+import pathlib
+
+import pytest
+
+import keras_vit
+from keras_vit.models import registry
+
+
+def test_every_listed_name_parses_to_its_family():
+    names = keras_vit.model_names()
+    assert names == registry.PUBLISHED and len(names) == len(set(names))
+    for family, (_, _, published) in registry.FAMILIES.items():
+        for name in published:
+            found, model_class, config = registry.parse(name)
+            assert found == family == registry.family_of(model_class, config)
+
+
+@pytest.mark.parametrize("spelling, name", [
+    ("ViT-B_16", "ViT-B/16"), ("R26_S_32", "R26+ViT-S/32"), ("BiT-M-R50x1", "BiT-R50x1"),
+])
+def test_published_file_spellings_are_the_same_models(spelling, name):
+    assert registry.parse(spelling) == registry.parse(name)
+
+
+def test_models_import_nothing_from_checkpoints():
+    root = pathlib.Path(keras_vit.__file__).parent / "models"
+    for path in root.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                assert not (node.module or "").startswith("keras_vit.checkpoints"), path
