@@ -53,6 +53,12 @@ CASES = {
                                            approximate_gelu=False, relative_position=True,
                                            dtype=dtype),
         (2, 5, 8), "bfloat16"),
+    "Encoder": (
+        lambda dtype: encoder.Encoder(1, 2, 16, (2, 3), classifier="gap", dropout_rate=0.1,
+                                      approximate_gelu=False, position_embedding="learned_2d",
+                                      position_embedding_placement="every_layer_shared",
+                                      layer_norm_epsilon=1e-5, dtype=dtype),
+        (2, 2, 3, 8), "bfloat16"),
     "PatchEmbedding": (
         lambda dtype: patching.PatchEmbedding(4, 8, kernel_initializer="glorot_uniform",
                                               dtype=dtype),
@@ -78,7 +84,8 @@ CASES = {
         lambda dtype: _vit(classifier="gap", representation_size=4, approximate_gelu=False,
                            dropout_rate=0.1, head_kernel_initializer="glorot_uniform",
                            head_bias_init=-1.0, num_channels=1, position_embedding="learned_2d",
-                           position_embedding_placement="every_layer", dtype=dtype),
+                           position_embedding_placement="every_layer", layer_norm_epsilon=1e-5,
+                           dtype=dtype),
         (2, 8, 8, 1), "float32"),
     "ResNetV2": (
         lambda dtype: keras_vit.ResNetV2(block_units=(1, 1), width_factor=0.5, num_classes=3,
