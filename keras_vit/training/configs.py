@@ -25,7 +25,18 @@ import typing
 from keras_vit.data.preprocessing import TRAIN_AUGMENTATIONS
 from keras_vit.training.schedules import DECAYS
 
+# Help texts are argparse's: "%(default)s" is the flag's default, "%%" a percent sign.
 CHECKPOINT_HELP = "a .keras model or an official .npz"
+DATASET_HELP = "dataset name (default %(default)s); see keras_vit.data.DATASETS"
+CROP_HELP = "train crop (default %(default)s)"
+
+# The default of ``keras-vit train``: a small ViT for 28x28 Fashion-MNIST, 7x7 patches (a 4x4
+# grid), the paper's MLP ratio of 4, global average pooling, sized for a 10-minute run on a
+# 2-core CPU (docs/training.md, benchmarks/accuracy.py): 4x4 patches (49 tokens) cost about 3x
+# as much per step under jax, and 23 epochs of 3 layers take the time of 19 of 4 and end higher.
+DEFAULT_MODEL = "ViT-Ti/7"
+DEFAULT_OVERRIDES = {"hidden_size": 64, "num_layers": 3, "num_heads": 4, "mlp_dim": 256,
+                     "classifier": "gap"}
 
 
 def option(default=None, help=None, *, group=None, **flag):
@@ -64,6 +75,10 @@ class Config:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ValueError(f"Unknown {cls.command} option {unknown[0]!r}{hint}; the options "
                              f"are: {', '.join(fields)}.")
+        missing = [name for name, f in fields.items() if name not in values
+                   and f.default is f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise ValueError(f"The {cls.command} configuration needs {', '.join(missing)}.")
         converted = {}
         for key, value in values.items():
             kind = value_type(fields[key].type)
@@ -84,8 +99,7 @@ class Config:
 
 @dataclasses.dataclass(kw_only=True)
 class DataOptions(Config):
-    dataset: str = option("fashion_mnist", "dataset name (default %(default)s); see "
-                          "keras_vit.data.DATASETS", group="data")
+    dataset: str = option("fashion_mnist", DATASET_HELP, group="data")
     data_dir: str | None = option(None, "Fashion-MNIST folder or tensorflow-datasets data_dir",
                                   group="data")
     image_size: int | None = option(None, "model resolution (default: the dataset's own, BiT "
@@ -113,8 +127,8 @@ class AugmentationOptions(DataOptions):
 @dataclasses.dataclass(kw_only=True)
 class ModelOptions(Config):
     model: str | None = option(
-        None, "create_model name; default: a small ViT (ViT-Ti/7 with hidden_size=64, "
-        "num_layers=3, num_heads=4, mlp_dim=256, classifier=gap, the dataset's channels)",
+        None, f"create_model name; default: a small ViT ({DEFAULT_MODEL} with "
+        f"{', '.join(f'{k}={v}' for k, v in DEFAULT_OVERRIDES.items())}, the dataset's channels)",
         group="model")
     set: list[str] = option([], "override a model constructor argument (repeatable, JSON "
                             "values)", group="model", action="append", metavar="KEY=VALUE")
@@ -179,9 +193,8 @@ class FinetuneConfig(OutputOptions, OptimizerOptions, AugmentationOptions):
 
     command: typing.ClassVar[str] = "finetune"
     checkpoint: str = option(dataclasses.MISSING, CHECKPOINT_HELP, positional=True)
-    dataset: str = option("digits", "dataset name (default %(default)s); see "
-                          "keras_vit.data.DATASETS", group="data")
-    augmentation: str = option("resize_crop", "train crop (default %(default)s)", group="data",
+    dataset: str = option("digits", DATASET_HELP, group="data")
+    augmentation: str = option("resize_crop", CROP_HELP, group="data",
                                choices=TRAIN_AUGMENTATIONS)
     examples_per_class: int | None = option(None, "a k-shot training subset", group="data")
     learning_rate: float = option(0.01, group="optimization")
@@ -206,8 +219,7 @@ class FewshotConfig(OutputOptions, DataOptions):
 
     command: typing.ClassVar[str] = "fewshot"
     checkpoint: str = option(dataclasses.MISSING, CHECKPOINT_HELP, positional=True)
-    dataset: str = option("digits", "dataset name (default %(default)s); see "
-                          "keras_vit.data.DATASETS", group="data")
+    dataset: str = option("digits", DATASET_HELP, group="data")
     shots: list[int] = option([1, 5, 10, 25], "training examples per class", nargs="+")
     seeds: list[int] = option([0, 1, 2], "random subsets per shot count", nargs="+")
     l2_reg: float = option(2.0 ** 10, "ridge regression's L2 regularisation")
@@ -218,7 +230,7 @@ class PretrainMppConfig(OutputOptions, PretrainingOptions, ModelOptions, DataOpt
     """masked patch prediction self-supervision"""
 
     command: typing.ClassVar[str] = "pretrain-mpp"
-    augmentation: str = option("resize_crop", "train crop (default %(default)s)", group="data",
+    augmentation: str = option("resize_crop", CROP_HELP, group="data",
                                choices=TRAIN_AUGMENTATIONS)
     learning_rate: float = option(2e-3, group="optimization")
     epochs: int = option(4, group="optimization")

@@ -18,20 +18,13 @@ from keras_vit import data
 from keras_vit.distribution import check_batch_size
 from keras_vit.models.registry import create_model
 from keras_vit.training import configs, run_files
+from keras_vit.training.configs import DEFAULT_MODEL, DEFAULT_OVERRIDES
 from keras_vit.training.recipes import (
     classification_loss,
     finetuning_optimizer,
     prepare_finetuning,
     pretraining_optimizer,
 )
-
-# The default of ``keras-vit train``: a small ViT for 28x28 Fashion-MNIST, 7x7 patches (a 4x4
-# grid), the paper's MLP ratio of 4, global average pooling, sized for a 10-minute run on a
-# 2-core CPU (docs/training.md, benchmarks/accuracy.py): 4x4 patches (49 tokens) cost about 3x
-# as much per step under jax, and 23 epochs of 3 layers take the time of 19 of 4 and end higher.
-DEFAULT_MODEL = "ViT-Ti/7"
-DEFAULT_OVERRIDES = {"hidden_size": 64, "num_layers": 3, "num_heads": 4, "mlp_dim": 256,
-                     "classifier": "gap"}
 
 
 def parse_overrides(items):
