@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import os
 import subprocess
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 from keras_vit import cli
-from keras_vit.training import run_files, runs
+from keras_vit.training import configs, run_files, runs
 from tests.conftest import fixture_path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -144,6 +145,31 @@ def test_train_defaults_are_the_measured_recipe():
     name, overrides = runs.model_spec(vars(args), channels=1)
     assert name == "ViT-Ti/7" and overrides == dict(
         hidden_size=64, num_layers=3, num_heads=4, mlp_dim=256, classifier="gap", num_channels=1)
+
+
+@pytest.mark.parametrize("command", sorted(configs.COMMANDS))
+def test_the_flags_are_the_configurations(command):
+    # one source of the defaults: the parsed defaults of a command are its dataclass's
+    config_class = configs.COMMANDS[command]
+    positional = {f.name: f"{f.name}.keras" for f in dataclasses.fields(config_class)
+                  if f.metadata.get("positional")}
+    args = vars(cli.build_parser().parse_args([command, *positional.values()]))
+    assert args.pop("command") == command
+    assert args == config_class(**positional).to_dict()
+    assert config_class.from_dict(args) == config_class(**positional)
+
+
+def test_a_configuration_dict_is_checked():
+    config = configs.FinetuneConfig.from_dict({"checkpoint": "m.keras", "steps": np.int64(10),
+                                               "learning_rate": 1})
+    assert config.steps == 10 and type(config.steps) is int
+    assert config.learning_rate == 1.0 and type(config.learning_rate) is float
+    assert config.augmentation == "resize_crop" and config.dataset == "digits"
+    with pytest.raises(ValueError, match="Unknown finetune option 'eval_evry' \\(did you mean "
+                                         "'eval_every'\\?\\)"):
+        runs.finetune({"checkpoint": "m.keras", "eval_evry": 10})
+    with pytest.raises(ValueError, match="The finetune configuration needs checkpoint"):
+        configs.FinetuneConfig.from_dict({})
 
 
 def test_validation_epochs_are_every_nth_and_the_last():

@@ -1,0 +1,268 @@
+"""One typed configuration per ``keras-vit`` command: its options, their defaults and help.
+
+``keras_vit.cli`` builds each command's flags from these dataclasses (a field ``batch_size`` is
+the flag ``--batch-size``, its metadata the help), and ``keras_vit.training.runs`` takes them,
+so a default is written once. Programs may pass a dict instead (``from_dict``), which fills in
+the same defaults and rejects unknown keys.
+
+Example:
+>>> config = TrainConfig.from_dict({"epochs": 2})
+>>> config.epochs, config.batch_size, config.learning_rate
+(2, 256, 0.004)
+>>> try:
+...     TrainConfig.from_dict({"epoch": 2})
+... except ValueError as error:
+...     print(str(error).split(";")[0])
+Unknown train option 'epoch' (did you mean 'epochs'?)
+"""
+
+import dataclasses
+import difflib
+import numbers
+import types
+import typing
+
+from keras_vit.data.preprocessing import TRAIN_AUGMENTATIONS
+from keras_vit.training.schedules import DECAYS
+
+# Help texts are argparse's: "%(default)s" is the flag's default, "%%" a percent sign.
+CHECKPOINT_HELP = "a .keras model or an official .npz"
+DATASET_HELP = "dataset name (default %(default)s); see keras_vit.data.DATASETS"
+CROP_HELP = "train crop (default %(default)s)"
+
+# The default of ``keras-vit train``: a small ViT for 28x28 Fashion-MNIST, 7x7 patches (a 4x4
+# grid), the paper's MLP ratio of 4, global average pooling, sized for a 10-minute run on a
+# 2-core CPU (docs/training.md, benchmarks/accuracy.py): 4x4 patches (49 tokens) cost about 3x
+# as much per step under jax, and 23 epochs of 3 layers take the time of 19 of 4 and end higher.
+DEFAULT_MODEL = "ViT-Ti/7"
+DEFAULT_OVERRIDES = {"hidden_size": 64, "num_layers": 3, "num_heads": 4, "mlp_dim": 256,
+                     "classifier": "gap"}
+
+
+def option(default=None, help=None, *, group=None, **flag):
+    """A dataclass field with its command-line form: ``help``, argparse ``group`` and any
+    ``argparse.add_argument`` keyword (``choices``, ``nargs``, ``metavar``, ``flag`` for another
+    flag name, ``positional=True`` for an argument without one)."""
+    metadata = dict(flag, help=help, group=group)
+    if isinstance(default, list):
+        return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
+    if default is dataclasses.MISSING:
+        return dataclasses.field(metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def value_type(annotation):
+    """``int`` for ``int``, ``int | None`` and ``list[int]``: the type of one value."""
+    if typing.get_origin(annotation) in (list, types.UnionType, typing.Union):
+        return next(a for a in typing.get_args(annotation) if a is not type(None))
+    return annotation
+
+
+@dataclasses.dataclass(kw_only=True)
+class Config:
+    """Base of the command configurations. A command's docstring is its ``keras-vit`` help
+    line; ``command`` its name."""
+
+    command: typing.ClassVar[str]
+
+    @classmethod
+    def from_dict(cls, values):
+        """This configuration from ``values`` (missing keys: the defaults; numbers converted)."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - set(fields))
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], fields, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"Unknown {cls.command} option {unknown[0]!r}{hint}; the options "
+                             f"are: {', '.join(fields)}.")
+        missing = [name for name, f in fields.items() if name not in values
+                   and f.default is f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise ValueError(f"The {cls.command} configuration needs {', '.join(missing)}.")
+        converted = {}
+        for key, value in values.items():
+            kind = value_type(fields[key].type)
+            if kind is int and isinstance(value, numbers.Integral) or \
+                    kind is float and isinstance(value, numbers.Real):
+                value = kind(value)  # numpy numbers, and ints for floats: JSON-able, exact type
+            converted[key] = value
+        return cls(**converted)
+
+    @classmethod
+    def coerce(cls, config):
+        """``config`` itself when it is this dataclass, else ``from_dict(config)``."""
+        return config if isinstance(config, cls) else cls.from_dict(config)
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(kw_only=True)
+class DataOptions(Config):
+    dataset: str = option("fashion_mnist", DATASET_HELP, group="data")
+    data_dir: str | None = option(None, "Fashion-MNIST folder or tensorflow-datasets data_dir",
+                                  group="data")
+    image_size: int | None = option(None, "model resolution (default: the dataset's own, BiT "
+                                    "rule for tfds)", group="data")
+    batch_size: int = option(128, "global batch size", group="data")
+    train_examples: int | None = option(None, "use only the first N training examples",
+                                        group="data")
+    test_examples: int | None = option(None, "use only the first N test examples", group="data")
+    seed: int = option(0, group="data")
+
+
+@dataclasses.dataclass(kw_only=True)
+class AugmentationOptions(DataOptions):
+    augmentation: str | None = option(
+        None, "train crop (default: pad_crop by 1 px, i.e. shifts of at most 1 px, for the "
+        "offline datasets; inception_crop for tfds at a set size; resize_crop with BiT's rule)",
+        group="data", choices=TRAIN_AUGMENTATIONS)
+    resize_size: int | None = option(None, "side before the random crop (default: image size + 2 "
+                                     "for the offline datasets, BiT's rule for tfds)",
+                                     group="data")
+    no_flip: bool = option(False, "no random horizontal flip", group="data")
+    mixup: float = option(0.0, "mixup alpha (0: off)", group="data")
+
+
+@dataclasses.dataclass(kw_only=True)
+class ModelOptions(Config):
+    model: str | None = option(
+        None, f"create_model name; default: a small ViT ({DEFAULT_MODEL} with "
+        f"{', '.join(f'{k}={v}' for k, v in DEFAULT_OVERRIDES.items())}, the dataset's channels)",
+        group="model")
+    set: list[str] = option([], "override a model constructor argument (repeatable, JSON "
+                            "values)", group="model", action="append", metavar="KEY=VALUE")
+    dropout: float | None = option(None, "dropout_rate", group="model")
+    head_bias_init: float | None = option(None, "constant head bias (paper: -10)", group="model")
+
+
+@dataclasses.dataclass(kw_only=True)
+class OptimizerOptions(Config):
+    learning_rate: float = option(dataclasses.MISSING, group="optimization")
+    warmup_steps: int | None = option(None, "linear warmup steps (default: one epoch, at most "
+                                      "10%% of the run)", group="optimization")
+    decay: str = option("cosine", group="optimization", choices=DECAYS)
+    label_smoothing: float = option(0.0, group="optimization")
+
+
+@dataclasses.dataclass(kw_only=True)
+class PretrainingOptions(OptimizerOptions):
+    weight_decay: float = option(0.05, "AdamW decoupled weight decay (paper convention, x lr)",
+                                 group="optimization")
+
+
+@dataclasses.dataclass(kw_only=True)
+class OutputOptions(Config):
+    output: str | None = option(None, "run folder (default runs/<command>-<dataset>-<model>)")
+    verbose: int = option(1, "Keras progress output: 0 silent, 1 bars, 2 one line per epoch",
+                          choices=(0, 1, 2))
+
+
+@dataclasses.dataclass(kw_only=True)
+class TrainConfig(OutputOptions, PretrainingOptions, ModelOptions, AugmentationOptions):
+    """train from scratch (default: small ViT, offline Fashion-MNIST)"""
+
+    # The defaults are the run docs/training.md measures: change both together.
+
+    command: typing.ClassVar[str] = "train"
+    batch_size: int = option(256, "global batch size", group="data")
+    learning_rate: float = option(4e-3, group="optimization")
+    label_smoothing: float = option(0.1, group="optimization")
+    epochs: int = option(23, group="optimization")
+    clipnorm: float = option(1.0, "global gradient norm", group="optimization")
+    validate: bool = option(True, "skip the test-set evaluations during training",
+                            flag="--no-validate")
+    validate_every: int = option(4, "evaluate on the test set every N epochs and after the last "
+                                 "one (the points of the test curves)", metavar="N")
+
+    def crop(self, info, image_size, resize_size):
+        """``(augmentation, resize_size)`` of the training images; unless chosen: vit_jax's
+        Inception crop for tfds data at a set size, BiT's resize + crop with BiT's resolution
+        rule, and for the small offline images flips and shifts of at most one pixel
+        (zero-padding by 1 then a random crop): larger crops slow a run of a few epochs down."""
+        if info.source == "offline":
+            augmentation, resize_size = "pad_crop", image_size + 2
+        else:
+            augmentation = "inception_crop" if resize_size is None else "resize_crop"
+        return self.augmentation or augmentation, self.resize_size or resize_size
+
+
+@dataclasses.dataclass(kw_only=True)
+class FinetuneConfig(OutputOptions, OptimizerOptions, AugmentationOptions):
+    """fine-tune a saved model (SGD, new head, optionally at a higher resolution)"""
+
+    command: typing.ClassVar[str] = "finetune"
+    checkpoint: str = option(dataclasses.MISSING, CHECKPOINT_HELP, positional=True)
+    dataset: str = option("digits", DATASET_HELP, group="data")
+    augmentation: str = option("resize_crop", CROP_HELP, group="data",
+                               choices=TRAIN_AUGMENTATIONS)
+    examples_per_class: int | None = option(None, "a k-shot training subset", group="data")
+    learning_rate: float = option(0.01, group="optimization")
+    steps: int = option(500, group="optimization")
+    eval_every: int = option(50, "steps per 'epoch'", group="optimization")
+    use_ema: bool = option(False, "Polyak averaging", group="optimization")
+    ema_momentum: float = option(0.999, group="optimization")
+
+
+@dataclasses.dataclass(kw_only=True)
+class EvaluateConfig(OutputOptions, DataOptions):
+    """test accuracy of a saved model"""
+
+    command: typing.ClassVar[str] = "evaluate"
+    checkpoint: str = option(dataclasses.MISSING, CHECKPOINT_HELP, positional=True)
+    split: str = option("test", "dataset split")
+
+
+@dataclasses.dataclass(kw_only=True)
+class FewshotConfig(OutputOptions, DataOptions):
+    """few-shot linear evaluation of frozen features"""
+
+    command: typing.ClassVar[str] = "fewshot"
+    checkpoint: str = option(dataclasses.MISSING, CHECKPOINT_HELP, positional=True)
+    dataset: str = option("digits", DATASET_HELP, group="data")
+    shots: list[int] = option([1, 5, 10, 25], "training examples per class", nargs="+")
+    seeds: list[int] = option([0, 1, 2], "random subsets per shot count", nargs="+")
+    l2_reg: float = option(2.0 ** 10, "ridge regression's L2 regularisation")
+
+
+@dataclasses.dataclass(kw_only=True)
+class PretrainMppConfig(OutputOptions, PretrainingOptions, ModelOptions, DataOptions):
+    """masked patch prediction self-supervision"""
+
+    command: typing.ClassVar[str] = "pretrain-mpp"
+    augmentation: str = option("resize_crop", CROP_HELP, group="data",
+                               choices=TRAIN_AUGMENTATIONS)
+    learning_rate: float = option(2e-3, group="optimization")
+    epochs: int = option(4, group="optimization")
+    target: str = option("color_3bit", "prediction target (color_3bit; see "
+                         "keras_vit.training.mpp)")
+    corrupt_rate: float = option(0.5)
+
+    def crop(self, info, image_size, resize_size):
+        """``(augmentation, resize_size)`` of the training images: BiT's resolution rule."""
+        return self.augmentation, resize_size
+
+
+@dataclasses.dataclass(kw_only=True)
+class ConvertConfig(Config):
+    """between .keras, official .npz, timm, transformers, ONNX, SavedModel, TFLite"""
+
+    command: typing.ClassVar[str] = "convert"
+    source: str = option(dataclasses.MISSING, ".keras, official .npz (or published name), timm "
+                         ".safetensors/.pth/.bin, or a transformers folder", positional=True)
+    target: str = option(dataclasses.MISSING, ".keras, .npz, .safetensors/.pth/.bin (timm), "
+                         ".onnx, .tflite, or a folder with --format", positional=True)
+    format: str | None = option(None, "target format: keras, official, timm, transformers, onnx, "
+                                "saved_model or tflite (default: from the name)")
+    source_format: str | None = option(None, "source format: keras, official, timm or "
+                                       "transformers (default: from the name)")
+    num_heads: int | None = option(None, "heads of a timm ViT whose width is not one of timm's "
+                                   "named sizes")
+    tanh_gelu: bool = option(False, "a timm source uses the tanh GELU (act_layer='gelu_tanh'); a "
+                             "state dict does not record it and timm's default is the exact GELU")
+    batch_size: int | None = option(None, "fixed batch size of an export (default: any; torch "
+                                    "ONNX: 1)")
+
+
+COMMANDS = {c.command: c for c in (TrainConfig, FinetuneConfig, EvaluateConfig, FewshotConfig,
+                                   PretrainMppConfig, ConvertConfig)}
