@@ -48,6 +48,49 @@ def _keras_hub():
     return keras_hub
 
 
+# keras_vit constructor argument <-> keras-hub ViTBackbone argument, the same value both ways.
+_CONFIG = (
+    ("hidden_size", "hidden_dim"),
+    ("num_layers", "num_layers"),
+    ("num_heads", "num_heads"),
+    ("mlp_dim", "mlp_dim"),
+    ("dropout_rate", "dropout_rate"),
+    ("attention_dropout_rate", "attention_dropout"),
+)
+
+
+def _block_pairs(block, hub):
+    """(keras_vit variable, keras-hub variable) for one encoder block."""
+    mlp, attention = block.MlpBlock_3, block.MultiHeadDotProductAttention_1
+    pairs = [
+        (block.LayerNorm_0.gamma, hub.layer_norm_1.gamma),
+        (block.LayerNorm_0.beta, hub.layer_norm_1.beta),
+        (block.LayerNorm_2.gamma, hub.layer_norm_2.gamma),
+        (block.LayerNorm_2.beta, hub.layer_norm_2.beta),
+        (mlp.Dense_0.kernel, hub.mlp.dense_1.kernel),
+        (mlp.Dense_0.bias, hub.mlp.dense_1.bias),
+        (mlp.Dense_1.kernel, hub.mlp.dense_2.kernel),
+        (mlp.Dense_1.bias, hub.mlp.dense_2.bias),
+    ]
+    for ours, theirs in (("query", hub.mha.query_dense), ("key", hub.mha.key_dense),
+                         ("value", hub.mha.value_dense), ("out", hub.mha.output_dense)):
+        pairs.append((getattr(attention, f"{ours}_kernel"), theirs.kernel))
+        pairs.append((getattr(attention, f"{ours}_bias"), theirs.bias))
+    return pairs
+
+
+def _head_pairs(vit, classifier):
+    """(keras_vit variable, keras-hub variable) for pre_logits (if any) and the head."""
+    pairs = []
+    if vit.representation_size is not None:
+        pre_logits = vit.get_layer("pre_logits")
+        pairs += [(pre_logits.kernel, classifier.intermediate_layer.kernel),
+                  (pre_logits.bias, classifier.intermediate_layer.bias)]
+    head = vit.get_layer("head")
+    return pairs + [(head.kernel, classifier.output_dense.kernel),
+                    (head.bias, classifier.output_dense.bias)]
+
+
 def _pairs(vit, backbone, classifier=None):
     """(keras_vit variable, keras-hub variable or None) for every keras_vit weight."""
     embed = backbone.get_layer("vit_patching_and_embedding")
@@ -60,32 +103,11 @@ def _pairs(vit, backbone, classifier=None):
     if vit.classifier == "token":
         pairs.append((vit.get_layer("cls").cls, embed.class_token))
     for i, hub in enumerate(encoder.encoder_layers):
-        block = vit.get_layer(f"encoderblock_{i}")
-        attention = block.MultiHeadDotProductAttention_1
-        pairs += [
-            (block.LayerNorm_0.gamma, hub.layer_norm_1.gamma),
-            (block.LayerNorm_0.beta, hub.layer_norm_1.beta),
-            (block.LayerNorm_2.gamma, hub.layer_norm_2.gamma),
-            (block.LayerNorm_2.beta, hub.layer_norm_2.beta),
-            (block.MlpBlock_3.Dense_0.kernel, hub.mlp.dense_1.kernel),
-            (block.MlpBlock_3.Dense_0.bias, hub.mlp.dense_1.bias),
-            (block.MlpBlock_3.Dense_1.kernel, hub.mlp.dense_2.kernel),
-            (block.MlpBlock_3.Dense_1.bias, hub.mlp.dense_2.bias),
-        ]
-        for ours, theirs in (("query", hub.mha.query_dense), ("key", hub.mha.key_dense),
-                             ("value", hub.mha.value_dense), ("out", hub.mha.output_dense)):
-            pairs.append((getattr(attention, f"{ours}_kernel"), theirs.kernel))
-            pairs.append((getattr(attention, f"{ours}_bias"), theirs.bias))
+        pairs += _block_pairs(vit.get_layer(f"encoderblock_{i}"), hub)
     norm = vit.get_layer("encoder_norm")
     pairs += [(norm.gamma, encoder.layer_norm.gamma), (norm.beta, encoder.layer_norm.beta)]
     if classifier is not None:
-        if vit.representation_size is not None:
-            pre_logits = vit.get_layer("pre_logits")
-            pairs += [(pre_logits.kernel, classifier.intermediate_layer.kernel),
-                      (pre_logits.bias, classifier.intermediate_layer.bias)]
-        head = vit.get_layer("head")
-        pairs += [(head.kernel, classifier.output_dense.kernel),
-                  (head.bias, classifier.output_dense.bias)]
+        pairs += _head_pairs(vit, classifier)
     return pairs
 
 
@@ -113,7 +135,21 @@ def from_keras_hub(model):
     >>> vit.num_classes, vit.approximate_gelu
     (3, False)
     """
-    keras_hub = _keras_hub()
+    backbone, classifier = _split_hub_model(model, _keras_hub())
+    _check_hub_backbone(backbone)
+    if classifier is not None:
+        _check_hub_classifier(classifier, backbone)
+    vit = VisionTransformer(**_vit_config(backbone, classifier))
+    for ours, theirs in _pairs(vit, backbone, classifier):
+        if theirs is None:  # a bias-free keras-hub variant
+            ours.assign(np.zeros(ours.shape, ours.dtype))
+        else:
+            _copy(theirs, ours)
+    return vit
+
+
+def _split_hub_model(model, keras_hub):
+    """(backbone, classifier or None) of a keras-hub ViTImageClassifier or ViTBackbone."""
     classifier = None
     if isinstance(model, keras_hub.models.ViTImageClassifier):
         classifier, backbone = model, model.backbone
@@ -124,6 +160,10 @@ def from_keras_hub(model):
             f"from_keras_hub expects a keras_hub.models.ViTBackbone or ViTImageClassifier (with a "
             f"ViTBackbone), got {type(backbone).__name__}."
         )
+    return backbone, classifier
+
+
+def _check_hub_backbone(backbone):
     if backbone.data_format != "channels_last":
         raise ValueError(
             "The keras-hub model is channels_first; keras_vit models take channels_last (NHWC) "
@@ -140,53 +180,50 @@ def from_keras_hub(model):
             f"The keras-hub model uses LayerNorm epsilon {backbone.layer_norm_epsilon}; keras_vit "
             f"uses the official {LAYER_NORM_EPSILON} and could not reproduce its outputs."
         )
-    classifier_type = "token" if backbone.use_class_token else "gap"
-    num_classes = representation_size = None
-    if classifier is not None:
-        if classifier.pooling != classifier_type:
-            raise ValueError(
-                f"keras-hub pooling={classifier.pooling!r} with use_class_token="
-                f"{backbone.use_class_token} has no keras_vit equivalent: keras_vit pools the "
-                "class token ('token', with a class token) or the mean of the patch tokens "
-                "('gap', without one)."
-            )
-        if classifier.activation not in (None, "linear"):
-            warnings.warn(
-                f"The keras-hub classifier applies activation={classifier.activation!r} to its "
-                "outputs; the converted keras_vit model returns the logits before it.",
-                stacklevel=2,
-            )
-        if classifier.dropout:
-            warnings.warn(
-                f"The keras-hub classifier's dropout ({classifier.dropout}) before the head has "
-                "no keras_vit counterpart; inference is identical, training differs.",
-                stacklevel=2,
-            )
-        num_classes = classifier.num_classes
-        representation_size = classifier.intermediate_dim
+
+
+def _check_hub_classifier(classifier, backbone):
+    """Refuses a pooling keras_vit lacks; warns of what the conversion drops."""
+    if classifier.pooling != _classifier_type(backbone):
+        raise ValueError(
+            f"keras-hub pooling={classifier.pooling!r} with use_class_token="
+            f"{backbone.use_class_token} has no keras_vit equivalent: keras_vit pools the "
+            "class token ('token', with a class token) or the mean of the patch tokens "
+            "('gap', without one)."
+        )
+    # stacklevel=3: the warnings name the caller of from_keras_hub.
+    if classifier.activation not in (None, "linear"):
+        warnings.warn(
+            f"The keras-hub classifier applies activation={classifier.activation!r} to its "
+            "outputs; the converted keras_vit model returns the logits before it.",
+            stacklevel=3,
+        )
+    if classifier.dropout:
+        warnings.warn(
+            f"The keras-hub classifier's dropout ({classifier.dropout}) before the head has "
+            "no keras_vit counterpart; inference is identical, training differs.",
+            stacklevel=3,
+        )
+
+
+def _classifier_type(backbone):
+    return "token" if backbone.use_class_token else "gap"
+
+
+def _vit_config(backbone, classifier):
+    """``VisionTransformer`` arguments equivalent to a keras-hub backbone (and classifier)."""
     height, width, channels = backbone.image_shape
-    vit = VisionTransformer(
+    return dict(
         image_size=(height, width),
-        patch_size=patch_h,
-        hidden_size=backbone.hidden_dim,
-        num_layers=backbone.num_layers,
-        num_heads=backbone.num_heads,
-        mlp_dim=backbone.mlp_dim,
-        num_classes=num_classes,
-        classifier=classifier_type,
-        representation_size=representation_size,
-        dropout_rate=backbone.dropout_rate,
-        attention_dropout_rate=backbone.attention_dropout,
+        patch_size=backbone.patch_size[0],
+        **{ours: getattr(backbone, theirs) for ours, theirs in _CONFIG},
+        num_classes=None if classifier is None else classifier.num_classes,
+        classifier=_classifier_type(backbone),
+        representation_size=None if classifier is None else classifier.intermediate_dim,
         approximate_gelu=False,
         num_channels=channels,
         dtype=backbone.dtype_policy.name,
     )
-    for ours, theirs in _pairs(vit, backbone, classifier):
-        if theirs is None:  # a bias-free keras-hub variant
-            ours.assign(np.zeros(ours.shape, ours.dtype))
-        else:
-            _copy(theirs, ours)
-    return vit
 
 
 def to_keras_hub(model, *, strict=True):
@@ -212,6 +249,24 @@ def to_keras_hub(model, *, strict=True):
     'ViTImageClassifier'
     """
     keras_hub = _keras_hub()
+    _check_expressible(model, strict)
+    backbone = keras_hub.models.ViTBackbone(**_hub_backbone_config(model))
+    classifier = None
+    if model.num_classes is not None:
+        classifier = keras_hub.models.ViTImageClassifier(
+            backbone,
+            num_classes=model.num_classes,
+            pooling=model.classifier,
+            intermediate_dim=model.representation_size,
+            activation=None,
+        )
+    for ours, theirs in _pairs(model, backbone, classifier):
+        _copy(ours, theirs)
+    return backbone if classifier is None else classifier
+
+
+def _check_expressible(model, strict):
+    """Refuses a keras_vit model that keras-hub's ViT cannot reproduce."""
     if not isinstance(model, VisionTransformer):
         raise TypeError(
             f"to_keras_hub expects a keras_vit VisionTransformer, got {type(model).__name__}; "
@@ -247,32 +302,16 @@ def to_keras_hub(model, *, strict=True):
             "ViTBackbone has no representation layer. Build the model with a head, or with "
             "representation_size=None."
         )
+
+
+def _hub_backbone_config(model):
+    """keras-hub ``ViTBackbone`` arguments equivalent to a keras_vit model's encoder."""
     height, width = model.image_size
-    backbone = keras_hub.models.ViTBackbone(
+    return dict(
         image_shape=(height, width, model.num_channels),
         patch_size=model.patch_size,
-        num_layers=model.num_layers,
-        num_heads=model.num_heads,
-        hidden_dim=model.hidden_size,
-        mlp_dim=model.mlp_dim,
-        dropout_rate=model.dropout_rate,
-        attention_dropout=model.attention_dropout_rate,
+        **{theirs: getattr(model, ours) for ours, theirs in _CONFIG},
         layer_norm_epsilon=LAYER_NORM_EPSILON,
         use_class_token=model.classifier == "token",
         dtype=model.dtype_policy.name,
     )
-    result = classifier = None
-    if model.num_classes is None:
-        result = backbone
-    else:
-        classifier = keras_hub.models.ViTImageClassifier(
-            backbone,
-            num_classes=model.num_classes,
-            pooling=model.classifier,
-            intermediate_dim=model.representation_size,
-            activation=None,
-        )
-        result = classifier
-    for ours, theirs in _pairs(model, backbone, classifier):
-        _copy(ours, theirs)
-    return result
