@@ -68,6 +68,34 @@ def quantized_colors(images, patch_size, cells=1, bits=COLOR_BITS):
     return classes[:, :, 0] if cells == 1 else classes
 
 
+def _check_arguments(encoder, target, corrupt_rate, mask_fraction, random_fraction):
+    """Refuses bad ``MaskedPatchPrediction`` arguments; returns (patch size, cells per side)."""
+    names = {layer.name for layer in getattr(encoder, "layers", ())}
+    if not isinstance(encoder, keras.Model) or not {"embedding", "Transformer"} <= names:
+        raise TypeError(
+            "MaskedPatchPrediction needs a keras_vit VisionTransformer encoder (with "
+            f"'embedding' and 'Transformer' layers), got {type(encoder).__name__}."
+        )
+    if target not in TARGETS:
+        raise ValueError(f"Unknown target {target!r}; use one of {TARGETS}.")
+    if not 0.0 < corrupt_rate <= 1.0:
+        raise ValueError(f"corrupt_rate must be in (0, 1], got {corrupt_rate}.")
+    if mask_fraction < 0 or random_fraction < 0 or mask_fraction + random_fraction > 1:
+        raise ValueError(
+            "mask_fraction and random_fraction must be non-negative with a sum of at most 1, "
+            f"got {mask_fraction} and {random_fraction}."
+        )
+    patch = int(getattr(encoder, "stride", encoder.get_layer("embedding").patch_size))
+    cells = 4 if target == "color_3bit_4x4" else 1
+    if patch % cells:
+        raise ValueError(
+            f"target='color_3bit_4x4' downsizes each patch to 4x4, so the patch size must be "
+            f"a multiple of 4; this encoder's patches are {patch}x{patch} pixels. Use "
+            "target='color_3bit' or 'l2'."
+        )
+    return patch, cells
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MaskedPatchPrediction(keras.Model):
     """Masked patch prediction pre-training around a ``VisionTransformer`` (paper Sec. 4.6).
@@ -110,29 +138,9 @@ class MaskedPatchPrediction(keras.Model):
         seed=None,
         **kwargs,
     ):
-        names = {layer.name for layer in getattr(encoder, "layers", ())}
-        if not isinstance(encoder, keras.Model) or not {"embedding", "Transformer"} <= names:
-            raise TypeError(
-                "MaskedPatchPrediction needs a keras_vit VisionTransformer encoder (with "
-                f"'embedding' and 'Transformer' layers), got {type(encoder).__name__}."
-            )
-        if target not in TARGETS:
-            raise ValueError(f"Unknown target {target!r}; use one of {TARGETS}.")
-        if not 0.0 < corrupt_rate <= 1.0:
-            raise ValueError(f"corrupt_rate must be in (0, 1], got {corrupt_rate}.")
-        if mask_fraction < 0 or random_fraction < 0 or mask_fraction + random_fraction > 1:
-            raise ValueError(
-                "mask_fraction and random_fraction must be non-negative with a sum of at most 1, "
-                f"got {mask_fraction} and {random_fraction}."
-            )
-        patch = int(getattr(encoder, "stride", encoder.get_layer("embedding").patch_size))
-        cells = 4 if target == "color_3bit_4x4" else 1
-        if patch % cells:
-            raise ValueError(
-                f"target='color_3bit_4x4' downsizes each patch to 4x4, so the patch size must be "
-                f"a multiple of 4; this encoder's patches are {patch}x{patch} pixels. Use "
-                "target='color_3bit' or 'l2'."
-            )
+        patch, cells = _check_arguments(
+            encoder, target, corrupt_rate, mask_fraction, random_fraction
+        )
         kwargs.setdefault("name", "masked_patch_prediction")
         dtype = kwargs.pop("dtype", encoder.dtype_policy)
         super().__init__(dtype=dtype, **kwargs)
@@ -146,7 +154,13 @@ class MaskedPatchPrediction(keras.Model):
         self.seed = seed
         self.patch_size = patch
         self.cells = cells
+        self._split_encoder(encoder)
+        self.seed_generator = keras.random.SeedGenerator(seed)
+        self._make_objective(channels=int(encoder.input.shape[-1]))
+        self.build(encoder.input.shape)
 
+    def _split_encoder(self, encoder):
+        """The encoder's patch embedding and Transformer as two models, with the token grid."""
         embedded = encoder.get_layer("embedding").output
         self.patch_embedding = keras.Model(encoder.input, embedded, name="patch_embedding")
         self.trunk = keras.Model(embedded, encoder.get_layer("Transformer").output, name="trunk")
@@ -157,28 +171,31 @@ class MaskedPatchPrediction(keras.Model):
         self.num_corrupted = max(1, round(self.corrupt_rate * self.num_patches))
         if self.random_fraction and self.num_patches < 2:
             raise ValueError("Replacing a patch by another one needs at least 2 patches.")
-        channels = int(encoder.input.shape[-1])
-        if target == "l2":
+
+    def _make_objective(self, channels):
+        """The prediction head, loss and accuracy of the target."""
+        patch, cells = self.patch_size, self.cells
+        if self.target == "l2":
             self.num_classes = None
             outputs = patch * patch * channels
         else:
             self.num_classes = 2 ** (COLOR_BITS * channels)
             outputs = cells * cells * self.num_classes
-        self.seed_generator = keras.random.SeedGenerator(seed)
         self.mpp_head = keras.layers.Dense(
             outputs, dtype=float32_output_dtype(self.dtype_policy), name="mpp_head"
         )
         self.mpp_loss = (
             keras.losses.MeanSquaredError(reduction="mean_with_sample_weight")
-            if target == "l2"
+            if self.target == "l2"
             else keras.losses.SparseCategoricalCrossentropy(
                 from_logits=True, reduction="mean_with_sample_weight"
             )
         )
         self.accuracy = (
-            None if target == "l2" else keras.metrics.SparseCategoricalAccuracy(name="accuracy")
+            None
+            if self.target == "l2"
+            else keras.metrics.SparseCategoricalAccuracy(name="accuracy")
         )
-        self.build(encoder.input.shape)
 
     @property
     def encoder(self):
