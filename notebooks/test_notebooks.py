@@ -49,6 +49,7 @@ PROOFS = {
         "abs(loss - np.log(NUM_CLASSES))",  # so the first loss is ln K
         "np.allclose(by_hand, after",  # load_checkpoint interpolates like the function
         "np.allclose(kept, before",  # the same grid is the identity
+        "linear",  # rows stay rows, corners stay corners (an independent check)
     ],
 }
 
