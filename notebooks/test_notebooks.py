@@ -2,11 +2,14 @@
 
 Run by .ci/run as `python -m pytest notebooks` under a chosen KERAS_BACKEND, and by .ci/colab
 from a copy outside the checkout (a fresh virtualenv with the wheel, a download mirror, 8 devices).
-The committed notebooks keep the outputs of a full run.
+The committed notebooks keep the outputs of a full run. Each notebook runs alone in a fresh
+working folder, and checks the proofs it shows with asserts a reader sees.
 """
 
+import ast
 import glob
 import os
+import re
 
 import nbformat
 import pytest
@@ -32,13 +35,69 @@ def test_notebook_runs_outside_a_checkout(path):
     assert "keras_vit.distribution.data_parallel()" in text  # every notebook uses all devices
 
 
+# notebook -> the asserts (their condition's start) that check a proof the notebook shows
+PROOFS = {
+    "01_patchify.ipynb": [
+        "np.allclose(tokens_conv, tokens_linear",  # the P x P conv is the projection E
+    ],
+    "02_class_token_and_position_embeddings.ipynb": [
+        "change['none'] < ",  # no position embedding: invariant to shuffled patches
+        "abs(results['token + none'][0] - results['token + none'][1])",  # also when trained
+    ],
+    "04_high_res_finetuning.ipynb": [
+        "np.abs(kernel).max() == 0 and np.abs(logits).max() == 0",  # zero head, zero logits
+        "abs(loss - np.log(NUM_CLASSES))",  # so the first loss is ln K
+        "np.allclose(by_hand, after",  # load_checkpoint interpolates like the function
+        "np.allclose(kept, before",  # the same grid is the identity
+        "linear",  # rows stay rows, corners stay corners (an independent check)
+    ],
+}
+
+
+def _code_cells(path):
+    return [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+
+
+def _without_magics(source):
+    """The cell as plain Python: IPython's %magic and !shell lines become `pass`."""
+    return re.sub(r"^(\s*)[%!].*$", r"\1pass", source, flags=re.MULTILINE)
+
+
+@pytest.mark.parametrize("name", sorted(PROOFS))
+def test_proofs_are_checked_by_visible_asserts(name):
+    """Each proof is an `assert condition, "message"` in the cell that prints its number, and
+    that cell keeps its committed output, so the reader sees both."""
+    for condition in PROOFS[name]:
+        found = [(cell, node) for cell in _code_cells(os.path.join(HERE, name))
+                 for node in ast.walk(ast.parse(_without_magics(cell.source)))
+                 if isinstance(node, ast.Assert)
+                 and ast.unparse(node.test).startswith(condition)]
+        assert len(found) == 1, f"{name}: no single assert for {condition!r}"
+        cell, node = found[0]
+        assert node.msg is not None, f"{name}: the assert on {condition!r} needs a message"
+        assert "print(" in cell.source and cell.outputs, f"{name}: {condition!r} not shown"
+
+
+def test_no_notebook_reads_another_notebooks_files():
+    """Order independence: file names a notebook's code uses (runs/NN_...) carry its own
+    number; another notebook's file may only be named in a comment, as an option."""
+    for path in NOTEBOOKS:
+        number = os.path.basename(path)[:2]
+        code = "\n".join(re.sub(r"(^|\s)#.*", "", line) for cell in _code_cells(path)
+                         for line in cell.source.splitlines())
+        others = set(re.findall(r"[\"'/](\d\d)_", code)) - {number}
+        assert not others, f"{os.path.basename(path)} uses files of notebook(s) {others}"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
-def test_notebook_runs_in_small_mode(path, monkeypatch):
+def test_notebook_runs_in_small_mode(path, monkeypatch, tmp_path):
+    """Alone, in a fresh working folder: nothing another notebook wrote is there, and nothing
+    is written into the checkout."""
     monkeypatch.setenv("KERAS_VIT_SMALL", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     repo = os.path.dirname(HERE)
     monkeypatch.setenv("PYTHONPATH", repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
     notebook = nbformat.read(path, as_version=4)
     client = NotebookClient(notebook, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": HERE}})
+                            resources={"metadata": {"path": str(tmp_path)}})
     client.execute()
