@@ -199,7 +199,8 @@ def test_resume_refuses_other_options(tmp_path, capsys):
     started.pop("command")
     run_files.write_json(os.path.join(out, run_files.RUN_CONFIG),
                          dict(started, learning_rate=0.1, epochs=5))
-    run_files.write_json(os.path.join(out, run_files.BACKUP, "latest.weights.h5"), {})
+    for name in run_files.AtomicBackup._FILES:  # a backup in Keras' own layout
+        run_files.write_json(os.path.join(out, run_files.BACKUP, name), {})
     assert run_files.has_backup(out)
     assert cli.main(argv) == 1
     error = capsys.readouterr().err

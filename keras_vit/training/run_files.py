@@ -7,6 +7,7 @@ killed and resumed (``keras.callbacks.BackupAndRestore``) still ends with its wh
 import json
 import os
 import re
+import shutil
 import time
 
 import keras
@@ -26,9 +27,61 @@ def default_output(command, dataset, model_name, root="runs"):
 
 
 def has_backup(run_dir):
-    """Whether an interrupted run left a ``BackupAndRestore`` checkpoint in ``run_dir``."""
-    folder = os.path.join(run_dir, BACKUP)
-    return os.path.isdir(folder) and any(name.endswith(".h5") for name in os.listdir(folder))
+    """Whether an interrupted run left a checkpoint (``AtomicBackup``) in ``run_dir``."""
+    return AtomicBackup.latest(os.path.join(run_dir, BACKUP)) is not None
+
+
+class AtomicBackup(keras.callbacks.BackupAndRestore):
+    """``BackupAndRestore`` whose weights and epoch count are replaced together, atomically.
+
+    Keras writes the weights file and then the epoch count in place: a kill between the two
+    resumes the new weights (and optimizer step) at the old epoch, so that epoch is trained
+    twice, and a kill inside a write leaves half a file. Here every backup is written whole into
+    a new folder, and one atomic rename of a small pointer file (``CURRENT``) makes it the one a
+    restart resumes from; older folders are removed after that.
+    """
+
+    POINTER = "CURRENT"
+    _FILES = ("latest.weights.h5", "training_metadata.json")
+
+    def __init__(self, backup_dir):
+        super().__init__(backup_dir)
+        self._point_at(self.latest(backup_dir) or backup_dir)
+
+    @classmethod
+    def latest(cls, backup_dir):
+        """The folder holding the newest complete backup in ``backup_dir``, or None."""
+        try:
+            with open(os.path.join(backup_dir, cls.POINTER)) as f:
+                folder = os.path.join(backup_dir, f.read().strip())
+        except OSError:  # no pointer: a backup in Keras' own layout, or none
+            folder = backup_dir
+        complete = all(os.path.exists(os.path.join(folder, n)) for n in cls._FILES)
+        return folder if complete else None
+
+    def _point_at(self, folder):
+        self._weights_path, self._training_metadata_path = (
+            os.path.join(folder, name) for name in self._FILES)
+
+    def _save_model(self):
+        name = f"epoch{self._current_epoch:05d}-batch{self._last_batch_seen:07d}"
+        staging = os.path.join(self.backup_dir, name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        os.makedirs(staging)
+        self._point_at(staging)
+        super()._save_model()  # Keras writes both files into the staging folder
+        final = os.path.join(self.backup_dir, name)
+        shutil.rmtree(final, ignore_errors=True)
+        os.rename(staging, final)
+        pointer = os.path.join(self.backup_dir, self.POINTER)
+        with open(pointer + ".tmp", "w") as f:
+            f.write(name)
+        os.replace(pointer + ".tmp", pointer)
+        self._point_at(final)
+        for other in os.listdir(self.backup_dir):
+            if other not in (name, self.POINTER):
+                path = os.path.join(self.backup_dir, other)
+                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
 
 
 # Options a resumed run may change: output and validation do not change what is trained, and a

@@ -243,10 +243,8 @@ def _resumable_callbacks(run):
         print(f"Resuming the interrupted run in {run.run_dir}")
     log = run_files.EpochLog(run.run_dir, keep_existing=resuming)
     # The log is written before the backup: a kill between the two redoes that epoch, whose
-    # record is then replaced, so no finished epoch is ever missing from the history. Two
-    # backups are kept: a kill while the newest is being written falls back to the previous.
-    backup = keras.callbacks.BackupAndRestore(os.path.join(run.run_dir, run_files.BACKUP),
-                                              double_checkpoint=True)
+    # record is then replaced, so no finished epoch is ever missing from the history.
+    backup = run_files.AtomicBackup(os.path.join(run.run_dir, run_files.BACKUP))
     return log, [log, backup], resuming
 
 
