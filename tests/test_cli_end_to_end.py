@@ -66,6 +66,23 @@ def test_evaluate_split(learned, tmp_path):
     assert metrics["test_accuracy"] > 2 * CHANCE
 
 
+def test_evaluate_a_timm_file(tmp_path):
+    """evaluate and finetune take every format load_checkpoint reads, not only .keras and .npz:
+    a timm state dict gives the same accuracy as the same model's .keras file."""
+    keras.utils.set_random_seed(0)
+    model = keras_vit.VisionTransformer(  # width 192: timm's ViT-Ti, so the file names its heads
+        image_size=28, patch_size=7, num_channels=1, num_classes=10, hidden_size=192,
+        num_layers=1, num_heads=3, mlp_dim=384)
+    sources = [str(tmp_path / "vit.keras"), str(tmp_path / "vit.safetensors")]
+    model.save(sources[0])
+    keras_vit.save_checkpoint(model, sources[1], format="timm")
+    results = []
+    for i, source in enumerate(sources):
+        _run("evaluate", source, "--test-examples", "128", "--output", str(tmp_path / f"e{i}"))
+        results.append(_metrics(str(tmp_path / f"e{i}"))["test_accuracy"])
+    assert results[1] == pytest.approx(results[0], abs=1e-6)
+
+
 def test_fewshot_of_a_trained_model(learned, tmp_path, capsys):
     out = str(tmp_path / "fewshot")
     _run("fewshot", os.path.join(learned, run_files.MODEL), "--dataset", "fashion_mnist",

@@ -26,7 +26,8 @@ from keras_vit.data.preprocessing import TRAIN_AUGMENTATIONS
 from keras_vit.training.schedules import DECAYS
 
 # Help texts are argparse's: "%(default)s" is the flag's default, "%%" a percent sign.
-CHECKPOINT_HELP = "a .keras model or an official .npz"
+CHECKPOINT_HELP = ("a .keras model, an official .npz (or published name), a timm state dict "
+                   "(.safetensors/.pth/.bin) or a transformers folder")
 DATASET_HELP = "dataset name (default %(default)s); see keras_vit.data.DATASETS"
 CROP_HELP = "train crop (default %(default)s)"
 

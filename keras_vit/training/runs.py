@@ -75,17 +75,16 @@ def build_model(config, *, image_size, num_classes, channels=None):
 
 
 def load_model_file(path):
-    """A model from a ``.keras`` file (keras.saving) or an official ``.npz`` (load_checkpoint)."""
-    from keras_vit.checkpoints.official import load_checkpoint
+    """A model from a ``.keras`` file, or from any checkpoint ``load_checkpoint`` reads: an
+    official ``.npz`` or published name, a timm state dict, a transformers folder."""
+    from keras_vit.checkpoints.formats import load_checkpoint
 
     path = os.fspath(path)
     if path.endswith(".keras"):
         if not os.path.exists(path):
             raise FileNotFoundError(f"No model file at {path!r}.")
         return keras.saving.load_model(path, compile=False)
-    if path.endswith(".npz") or not os.path.splitext(path)[1]:
-        return load_checkpoint(path)
-    raise ValueError(f"{path!r} is neither a .keras model nor an official .npz checkpoint.")
+    return load_checkpoint(path)
 
 
 def _count(examples):
