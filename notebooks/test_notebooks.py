@@ -19,8 +19,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 NOTEBOOKS = sorted(glob.glob(os.path.join(HERE, "[0-9][0-9]_*.ipynb")))
 
 
-def test_all_five_notebooks_exist():
-    assert len(NOTEBOOKS) >= 5, NOTEBOOKS
+def test_all_six_notebooks_exist():
+    assert len(NOTEBOOKS) >= 6, NOTEBOOKS
+    assert any(os.path.basename(path).endswith("_encoder.ipynb") for path in NOTEBOOKS), NOTEBOOKS
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
@@ -39,6 +40,20 @@ def test_notebook_runs_outside_a_checkout(path):
 PROOFS = {
     "01_patchify.ipynb": [
         "np.allclose(tokens_conv, tokens_linear",  # the P x P conv is the projection E
+    ],
+    "02_encoder.ipynb": [
+        "block_error < ",  # Eq. 2-3 (heads as Eq. 5-8) by hand give EncoderBlock's output
+        "encoder_error < ",  # L blocks and the final LayerNorm (Eq. 4) give the features
+        "post_stream_error < ",  # post-LN: unit RMS after every block
+        "np.all(np.diff(stream['pre-LN']",  # pre-LN: the residual stream grows with depth
+        "counted == formula",  # the per-block parameter formula counts an EncoderBlock
+        "counts[name] == formula",  # and whole models' count_params()
+        "int(b16) == 86 and int(h14) == 632",  # Table 1 for B and H
+        "int(millions['L/16, 224 px, 1000 classes']) == 304",  # L/16 is 304M, not 307M
+        "head_error < ",  # pre-training head: tanh(y W + b) V + c
+        "'pre_logits' not in names",  # fine-tuning head: no pre-logits, zero logits
+        "one_by_one_error < ",  # the hybrid's 1x1 patch embedding is a matrix product
+        "np.count_nonzero(plain_change) == 1",  # patch tokens see their patch, hybrid more
     ],
     "02_class_token_and_position_embeddings.ipynb": [
         "change['none'] < ",  # no position embedding: invariant to shuffled patches
