@@ -389,6 +389,11 @@ def stage_strides(num_stages):
     return [1] + [2] * (num_stages - 1)
 
 
+def hybrid_stride(num_layers):
+    """Total downsampling of a ``HybridStem``: 4 for the root and max-pool, x2 per later stage."""
+    return 4 * 2 ** max(len(num_layers) - 1, 0)
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class HybridStem(keras.layers.Layer):
     """The ResNet that turns images into the feature map of a hybrid ViT (paper Sec. 3.1).
@@ -419,7 +424,7 @@ class HybridStem(keras.layers.Layer):
         self.num_layers = check_units(num_layers, "num_layers", allow_empty=True)
         self.width = root_width(width_factor)
         self.width_factor = plain_number(width_factor)
-        self.stride = 4 * 2 ** max(len(self.num_layers) - 1, 0)
+        self.stride = hybrid_stride(self.num_layers)
         conv = dict(style="hybrid", dtype=self.dtype_policy)
         self.conv_root = standardized_conv(self.width, 7, strides=2, padding="same",
                                            name="conv_root", **conv)

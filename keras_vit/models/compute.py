@@ -13,12 +13,56 @@ Example (ViT-B/16 at 224 px: 17.6 GMACs, the figure timm and papers quote):
 17.6
 >>> sorted(count.parts)
 ['attention_matrix', 'attention_projections', 'head', 'mlp', 'patch_embedding', 'stem']
+
+A registered name is counted from its configuration, without building the model, so that
+ViT-H/14 or BiT-R200x3 cost nothing to count (``flops("ViT-H/14")``). ``TABLE_6`` holds the
+paper's Table 6 (the data of Fig. 5) and ``pretraining_flops`` our estimate of its compute column.
 """
 
-from keras_vit.layers.resnet import root_width, stage_strides
+import collections
+import inspect
+import types
+
+from keras_vit.layers.resnet import check_units, hybrid_stride, root_width, stage_strides
 from keras_vit.models.base import image_shape
+from keras_vit.models.registry import parse
 from keras_vit.models.resnet_v2 import ResNetV2
-from keras_vit.models.vit import VisionTransformer
+from keras_vit.models.vit import VisionTransformer, vit_arguments
+
+# JFT-300M (paper Sec. 4.1): 303M images in 18k classes (18,291 in the official configs).
+JFT_IMAGES = 303_000_000
+JFT_CLASSES = 18291
+
+Table6Row = collections.namedtuple(
+    "Table6Row",
+    ["name", "model", "epochs", "exaflops", "imagenet", "imagenet_real", "cifar10", "cifar100",
+     "pets", "flowers"],
+)
+Table6Row.__doc__ = """One row of the paper's Table 6: its ``name``, our registry name (``model``),
+JFT-300M pre-training ``epochs``, the paper's pre-training compute in ``exaflops``, and the
+fine-tuned transfer accuracies in per cent."""
+
+# The paper's Table 6 (Appendix D), as printed: the data of Fig. 5.
+TABLE_6 = tuple(Table6Row(*row) for row in [
+    ("ViT-B/32", "ViT-B/32", 7, 55, 80.73, 86.27, 98.61, 90.49, 93.40, 99.27),
+    ("ViT-B/16", "ViT-B/16", 7, 224, 84.15, 88.85, 99.00, 91.87, 95.80, 99.56),
+    ("ViT-L/32", "ViT-L/32", 7, 196, 84.37, 88.28, 99.19, 92.52, 95.83, 99.45),
+    ("ViT-L/16", "ViT-L/16", 7, 783, 86.30, 89.43, 99.38, 93.46, 96.81, 99.66),
+    ("ViT-L/16", "ViT-L/16", 14, 1567, 87.12, 89.99, 99.38, 94.04, 97.11, 99.56),
+    ("ViT-H/14", "ViT-H/14", 14, 4262, 88.08, 90.36, 99.50, 94.71, 97.11, 99.71),
+    ("ResNet50x1", "BiT-R50x1", 7, 50, 77.54, 84.56, 97.67, 86.07, 91.11, 94.26),
+    ("ResNet50x2", "BiT-R50x2", 7, 199, 82.12, 87.94, 98.29, 89.20, 93.43, 97.02),
+    ("ResNet101x1", "BiT-R101x1", 7, 96, 80.67, 87.07, 98.48, 89.17, 94.08, 95.95),
+    ("ResNet152x1", "BiT-R152x1", 7, 141, 81.88, 87.96, 98.82, 90.22, 94.17, 96.94),
+    ("ResNet152x2", "BiT-R152x2", 7, 563, 84.97, 89.69, 99.06, 92.05, 95.37, 98.62),
+    ("ResNet152x2", "BiT-R152x2", 14, 1126, 85.56, 89.89, 99.24, 91.92, 95.75, 98.75),
+    ("ResNet200x3", "BiT-R200x3", 14, 3306, 87.22, 90.15, 99.34, 93.53, 96.32, 99.04),
+    ("R50x1+ViT-B/32", "R50+ViT-B/32", 7, 106, 84.90, 89.15, 99.01, 92.24, 95.75, 99.46),
+    ("R50x1+ViT-B/16", "R50+ViT-B/16", 7, 274, 85.58, 89.65, 99.14, 92.63, 96.65, 99.40),
+    ("R50x1+ViT-L/32", "R50+ViT-L/32", 7, 246, 85.68, 89.04, 99.24, 92.93, 96.97, 99.43),
+    ("R50x1+ViT-L/16", "R50+ViT-L/16", 7, 859, 86.60, 89.72, 99.18, 93.64, 97.03, 99.40),
+    ("R50x1+ViT-L/16", "R50+ViT-L/16", 14, 1668, 87.12, 89.76, 99.31, 93.89, 97.36, 99.11),
+])
 
 
 class FlopCount(int):
@@ -121,15 +165,50 @@ def _check_size(model, image_size):
     return height, width
 
 
-def flops(model, image_size=None):
+def _defaults(model_class):
+    return {key: parameter.default
+            for key, parameter in inspect.signature(model_class).parameters.items()
+            if parameter.default is not inspect.Parameter.empty}
+
+
+def _configuration(name, image_size, num_classes, overrides):
+    """The checked configuration of a registered name, as the attributes ``flops`` reads.
+
+    Nothing is built: the architecture is all ``flops`` needs, and ViT-H/14 has 632M weights.
+    """
+    _, model_class, config = parse(name)
+    unknown = sorted(set(overrides) - set(_defaults(model_class)) - {"name", "dtype"})
+    if unknown:
+        raise TypeError(f"{model_class.__name__} takes no argument {', '.join(unknown)}; "
+                        f"flops({name!r}, ...) takes the arguments of create_model.")
+    config.update(overrides, image_size=image_size, num_classes=num_classes)
+    arguments = {**_defaults(model_class), **config}
+    arguments.pop("name"), arguments.pop("dtype")
+    if model_class is VisionTransformer:
+        arguments = vit_arguments(**arguments)
+        resnet = arguments["resnet"]
+        stem = 1 if resnet is None else hybrid_stride(resnet.get("num_layers", (3, 4, 9)))
+        arguments["stride"] = arguments["patch_size"] * stem
+    else:
+        arguments["block_units"] = check_units(arguments["block_units"], "block_units",
+                                               allow_empty=False)
+        arguments["image_size"] = image_shape(arguments["image_size"])
+    return model_class, types.SimpleNamespace(name=name, **arguments)
+
+
+def flops(model, image_size=None, **overrides):
     """FLOPs of one forward pass of one image, with a per-part breakdown.
 
     Counted from the architecture (no tracing), a multiply-add being two FLOPs; the paper's
     pre-training compute (Table 6) is this x 3 (forward and backward) x images seen.
 
     Args:
-        model: a ``VisionTransformer`` (plain or hybrid) or a ``ResNetV2`` (BiT).
-        image_size: int or (height, width); by default the model's own.
+        model: a ``VisionTransformer`` (plain or hybrid) or a ``ResNetV2`` (BiT), or a
+            registered name (``"ViT-H/14"``, ``"R50+ViT-B/16"``, ``"BiT-R200x3"``), counted from
+            its configuration without building the model.
+        image_size: int or (height, width); by default the model's own, 224 for a name.
+        **overrides: with a name only, the arguments ``create_model`` takes (``num_classes``,
+            1000 by default, ``classifier``, ``num_channels``...).
 
     Returns:
         a ``FlopCount``: the total as an ``int``, and ``.parts`` (name -> FLOPs): ``stem``,
@@ -143,13 +222,46 @@ def flops(model, image_size=None):
     >>> small, large = flops(model, 224), flops(model, 448)
     >>> round(large.parts["attention_matrix"] / small.parts["attention_matrix"], 1)
     15.9
+    >>> round(flops("ViT-H/14") / 1e9)  # by name: nothing is built
+    335
     """
-    if isinstance(model, VisionTransformer):
-        return FlopCount(_vit_flops(model, *_check_size(model, image_size)))
-    if isinstance(model, ResNetV2):
-        return FlopCount(_bit_flops(model, *_check_size(model, image_size)))
-    raise TypeError(
-        f"flops counts keras_vit VisionTransformer and ResNetV2 models, got "
-        f"{type(model).__name__}; count other models with XLA's cost analysis "
-        "(jax.jit(f).lower(x).compile().cost_analysis())."
-    )
+    if isinstance(model, str):
+        num_classes = overrides.pop("num_classes", 1000)
+        model_class, model = _configuration(
+            model, 224 if image_size is None else image_size, num_classes, overrides)
+    elif overrides:
+        raise TypeError(f"flops takes {', '.join(sorted(overrides))} only with a model name; a "
+                        "built model has its configuration already.")
+    elif isinstance(model, (VisionTransformer, ResNetV2)):
+        model_class = type(model)
+    else:
+        raise TypeError(
+            f"flops counts keras_vit VisionTransformer and ResNetV2 models and their registered "
+            f"names, got {type(model).__name__}; count other models with XLA's cost analysis "
+            "(jax.jit(f).lower(x).compile().cost_analysis())."
+        )
+    count = _vit_flops if issubclass(model_class, VisionTransformer) else _bit_flops
+    return FlopCount(count(model, *_check_size(model, image_size)))
+
+
+def pretraining_flops(model, epochs, *, images=JFT_IMAGES, image_size=224,
+                      num_classes=JFT_CLASSES):
+    """Pre-training compute as the paper's Table 6 counts it: forward FLOPs x 3 x images seen.
+
+    The backward pass costs about twice the forward one, hence x 3 (forward and backward).
+
+    Args:
+        model: a registered name (counted without building it) or a built model.
+        epochs: passes over the ``images`` training images (JFT-300M by default).
+        image_size: the pre-training resolution (224 in the paper).
+        num_classes: the pre-training head (JFT's 18,291 classes by default).
+
+    Example (ViT-L/16, 14 epochs on JFT-300M; the paper's Table 6 says 1567 exaFLOPs):
+    >>> round(pretraining_flops("ViT-L/16", 14) / 1e18)
+    1567
+    """
+    if isinstance(model, str):
+        forward = flops(model, image_size, num_classes=num_classes)
+    else:
+        forward = flops(model, image_size)
+    return 3 * forward * epochs * images

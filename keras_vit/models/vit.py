@@ -53,7 +53,7 @@ def _check_divisible(what, sides, stride, hybrid):
             )
 
 
-def _arguments(image_size, patch_size, hidden_size, num_layers, num_heads, mlp_dim, num_classes,
+def vit_arguments(image_size, patch_size, hidden_size, num_layers, num_heads, mlp_dim, num_classes,
                classifier, representation_size, num_channels, position_embedding,
                position_embedding_placement, position_embedding_grid, **rest):
     """Check the constructor arguments and return them normalised (the model's config)."""
@@ -197,7 +197,7 @@ class VisionTransformer(ConfiguredModel):
         dtype=None,
         **kwargs,
     ):
-        args = _arguments(**{k: v for k, v in locals().items()
+        args = vit_arguments(**{k: v for k, v in locals().items()
                              if k not in ("self", "name", "dtype", "kwargs", "__class__")})
         stem = None if resnet is None else HybridStem(**resnet, dtype=dtype, name="resnet")
         if stem is not None:  # JSON form (lists, not tuples): the same config after a .keras trip
