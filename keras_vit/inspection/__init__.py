@@ -14,11 +14,13 @@ Example:
 """
 
 from keras_vit.inspection.attention import (
+    attention_maps,
     attention_rollout,
     attention_weights,
     mean_attention_distance,
     patch_centres,
     rollout_to_image,
+    uniform_attention_distance,
 )
 from keras_vit.inspection.embeddings import (
     FilterComponents,
@@ -26,6 +28,7 @@ from keras_vit.inspection.embeddings import (
     position_embedding_similarity,
 )
 from keras_vit.inspection.plots import (
+    plot_attention_maps,
     plot_attention_rollout,
     plot_embedding_filters,
     plot_mean_attention_distance,
@@ -34,15 +37,18 @@ from keras_vit.inspection.plots import (
 
 __all__ = [
     "FilterComponents",
+    "attention_maps",
     "attention_rollout",
     "attention_weights",
     "embedding_filter_components",
     "mean_attention_distance",
     "patch_centres",
+    "plot_attention_maps",
     "plot_attention_rollout",
     "plot_embedding_filters",
     "plot_mean_attention_distance",
     "plot_position_embedding_similarity",
     "position_embedding_similarity",
     "rollout_to_image",
+    "uniform_attention_distance",
 ]

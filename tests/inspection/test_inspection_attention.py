@@ -10,11 +10,13 @@ import pytest
 from inspection_helpers import build_vit, to_numpy, zero_query_key
 
 from keras_vit.inspection import (
+    attention_maps,
     attention_rollout,
     attention_weights,
     mean_attention_distance,
     patch_centres,
     rollout_to_image,
+    uniform_attention_distance,
 )
 
 
@@ -138,9 +140,33 @@ def test_uniform_attention_distance_is_the_mean_pairwise_distance(
     images = np.random.default_rng(2).uniform(-1, 1, (2, image_size, image_size, 3))
     distance = mean_attention_distance(model, images.astype("float32"))
     assert distance.shape == (3, 2)
-    np.testing.assert_allclose(
-        distance, _mean_pairwise_patch_distance(image_size, patch_size), rtol=1e-5
-    )
+    expected = _mean_pairwise_patch_distance(image_size, patch_size)
+    np.testing.assert_allclose(distance, expected, rtol=1e-5)
+    assert uniform_attention_distance(model) == pytest.approx(expected)
+
+
+def test_batching_does_not_change_the_results(token_vit, vit_images):
+    # the analyses reduce one batch at a time; the batch size must not matter
+    for function in (mean_attention_distance, attention_rollout, attention_maps):
+        np.testing.assert_allclose(function(token_vit, vit_images, batch_size=1),
+                                   function(token_vit, vit_images, batch_size=32), rtol=1e-5,
+                                   atol=1e-7)
+
+
+@pytest.mark.parametrize("classifier", ["token", "gap"])
+def test_attention_maps_are_the_rows_reaching_the_classifier(classifier, vit_images, request):
+    model = request.getfixturevalue(f"{classifier}_vit")
+    maps = attention_maps(model, vit_images)
+    weights = attention_weights(model, vit_images)
+    assert maps.shape == (3, 3, 2, 4, 4)  # images, layers, heads, grid
+    for layer, layer_weights in enumerate(weights):
+        if classifier == "token":
+            expected = layer_weights[:, :, 0, 1:]
+        else:
+            expected = layer_weights.mean(axis=2)
+        np.testing.assert_allclose(maps[:, layer].reshape(3, 2, 16), expected, rtol=1e-6)
+    flat = attention_maps(zero_query_key(build_vit(classifier)), vit_images[:1])
+    np.testing.assert_allclose(flat, 1 / (17 if classifier == "token" else 16), rtol=1e-5)
 
 
 def test_attention_distance_of_a_trained_like_model_is_bounded(token_vit, vit_images):
