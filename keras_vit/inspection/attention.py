@@ -281,3 +281,47 @@ def uniform_attention_distance(model):
     _check_model(model)
     centres = patch_centres(model)
     return float(np.linalg.norm(centres[:, None] - centres[None], axis=-1).mean())
+
+
+def rollout_object_share(rollout, images, background=-1.0, tolerance=0.1):
+    """How much of each rollout map falls on the object, for images on a flat background.
+
+    A patch belongs to the object when its mean pixel differs from ``background`` by more than
+    ``tolerance`` (Fashion-MNIST: black, -1 after scaling to [-1, 1]). A map that ignores the
+    image gives each patch the same share, so its object share equals the object's share of
+    the patches; a map that follows the object gives more.
+
+    Args:
+        rollout: (batch, rows, cols) maps from ``attention_rollout``.
+        images: (batch, height, width, channels) images the maps were computed on; height and
+            width must be multiples of rows and cols.
+        background, tolerance: the background value and how far a patch may be from it.
+
+    Returns:
+        (on_object, object_patches): two float64 arrays (batch,), the share of each map on
+        object patches and the fraction of the grid those patches cover.
+
+    Example:
+    >>> import numpy as np
+    >>> images = np.full((1, 4, 4, 1), -1.0); images[0, :2, :2] = 1.0  # object: top-left patch
+    >>> on_object, patches = rollout_object_share(np.array([[[0.4, 0.2], [0.2, 0.2]]]), images)
+    >>> float(on_object[0]), float(patches[0])
+    (0.4, 0.25)
+    """
+    maps = np.asarray(rollout, dtype=np.float64)
+    images = np.asarray(images, dtype=np.float64)
+    if maps.ndim != 3 or images.ndim != 4 or len(maps) != len(images):
+        raise ValueError(
+            f"Expected rollout maps (batch, rows, cols) and images (batch, height, width, "
+            f"channels) of the same batch, got {maps.shape} and {images.shape}."
+        )
+    batch, rows, cols = maps.shape
+    height, width = images.shape[1:3]
+    if height % rows or width % cols:
+        raise ValueError(
+            f"The images ({height} x {width}) must split into the maps' {rows} x {cols} grid."
+        )
+    patches = images.reshape(batch, rows, height // rows, cols, width // cols, -1)
+    on = np.abs(patches.mean(axis=(2, 4, 5)) - background) > tolerance
+    share = (maps * on).sum(axis=(1, 2)) / maps.sum(axis=(1, 2))
+    return share, on.mean(axis=(1, 2))

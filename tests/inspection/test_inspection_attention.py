@@ -15,6 +15,7 @@ from keras_vit.inspection import (
     attention_weights,
     mean_attention_distance,
     patch_centres,
+    rollout_object_share,
     rollout_to_image,
     uniform_attention_distance,
 )
@@ -249,3 +250,17 @@ def test_attention_distance_weights_each_patch_by_its_attention():
         np.testing.assert_allclose(weights[:, head], expected, atol=1e-6)
     distance = mean_attention_distance(model, images)
     np.testing.assert_allclose(distance, [[0.0, 4.0, 8.0, 4.0 * math.sqrt(2)]], rtol=1e-5)
+
+
+def test_rollout_object_share_against_the_object_mask():
+    images = np.full((2, 8, 8, 1), -1.0)
+    images[:, 4:, 4:] = 0.5  # the object: the bottom-right patch of a 2 x 2 grid
+    images[1, 0, 0] = -0.5  # one bright pixel: patch mean -0.97, within the tolerance
+    maps = np.array([[[1.0, 1.0], [1.0, 1.0]], [[0.0, 1.0], [1.0, 2.0]]])
+    on_object, patches = rollout_object_share(maps, images)
+    np.testing.assert_allclose(on_object, [0.25, 0.5])
+    np.testing.assert_allclose(patches, [0.25, 0.25])  # a uniform map's share
+    with pytest.raises(ValueError, match="split into the maps' 3 x 3 grid"):
+        rollout_object_share(np.ones((2, 3, 3)), images)
+    with pytest.raises(ValueError, match="same batch"):
+        rollout_object_share(maps[:1], images)
