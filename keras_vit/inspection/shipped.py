@@ -21,7 +21,8 @@ def fashion_mnist_vit(trained=True, seed=0):
 
     Args:
         trained: load the shipped weights (float16 on disk, float32 in the model); False gives
-            an untrained twin to compare against, initialised with ``seed``.
+            an untrained twin to compare against, initialised after
+            ``keras.utils.set_random_seed(seed)`` (which seeds Keras' global generators).
         seed: the random seed of the untrained model.
 
     Returns:
