@@ -15,6 +15,31 @@ same network before training on the numbers behind the paper's Fig. 6, 7 and 11:
     KERAS_BACKEND=jax python benchmarks/inspection_structure.py --save /tmp/vit.npz \
         --ship keras_vit/inspection/weights/fashion_mnist_vit_56px_p4.npz
     KERAS_BACKEND=jax python benchmarks/inspection_structure.py --measure 20   # time 20 steps
+
+The shipped weights (``keras_vit.inspection.fashion_mnist_vit``) come from
+``--steps 700 --batch-size 32`` under jax (36 min on a 2-core AMD EPYC CPU, shared with other
+jobs, load average about 20; 2026-11-24). That run printed:
+
+    test accuracy 0.7365 (10,000 images); 256 test images; uniform attention 29.1 px
+    layer  trained min/median/max   untrained min/median/max  (pixels)
+        0   27.4  28.6  28.9         28.6  28.9  29.2
+        1   27.5  28.4  29.9         27.5  29.3  30.0
+        2   28.3  29.1  29.8         28.4  29.2  30.0
+        3   29.0  29.1  29.8         28.3  28.9  29.1
+        4   28.8  29.6  30.2         28.9  29.2  29.9
+        5   28.5  29.7  30.2         28.0  29.1  30.0
+    position-embedding cosine, trained:   neighbours +0.530, same row +0.117, same column +0.359,
+                                          other -0.002
+                               untrained: neighbours -0.003, same row -0.007, same column +0.000,
+                                          other -0.001
+    rollout share on the garment's patches: trained 0.582, untrained 0.548 (the garment covers
+    0.544 of the patches)
+
+Read: the position embeddings learned the grid (neighbours and columns similar), as in the
+paper's Fig. 10; the attention did not: no head of any layer is local (all within 2 px of
+uniform attention), the median grows only from 28.6 to 29.7 px with depth, and the rollout
+puts 0.04 more than a uniform map on the garment. At this budget (22,400 images, a third of an
+epoch) the paper's local early heads do not form.
 """
 
 import argparse
