@@ -10,6 +10,7 @@ Example:
 """
 
 from keras_vit.data.arrays import Batches, Examples, from_arrays
+from keras_vit.data.class_names import imagenet2012_class_names
 from keras_vit.data.datasets import (
     DATASETS,
     DatasetInfo,
@@ -34,6 +35,7 @@ __all__ = [
     "dataset_info",
     "fashion_mnist_dir",
     "from_arrays",
+    "imagenet2012_class_names",
     "load",
     "load_digits",
     "load_examples",

@@ -14,35 +14,48 @@ Example:
 """
 
 from keras_vit.inspection.attention import (
+    attention_maps,
     attention_rollout,
     attention_weights,
     mean_attention_distance,
     patch_centres,
+    rollout_object_share,
     rollout_to_image,
+    uniform_attention_distance,
 )
 from keras_vit.inspection.embeddings import (
     FilterComponents,
     embedding_filter_components,
     position_embedding_similarity,
+    position_similarity_summary,
 )
 from keras_vit.inspection.plots import (
+    plot_attention_maps,
     plot_attention_rollout,
     plot_embedding_filters,
     plot_mean_attention_distance,
     plot_position_embedding_similarity,
 )
+from keras_vit.inspection.shipped import FASHION_MNIST_VIT, fashion_mnist_vit
 
 __all__ = [
+    "FASHION_MNIST_VIT",
     "FilterComponents",
+    "attention_maps",
     "attention_rollout",
     "attention_weights",
     "embedding_filter_components",
+    "fashion_mnist_vit",
     "mean_attention_distance",
     "patch_centres",
+    "plot_attention_maps",
     "plot_attention_rollout",
     "plot_embedding_filters",
     "plot_mean_attention_distance",
     "plot_position_embedding_similarity",
     "position_embedding_similarity",
+    "position_similarity_summary",
+    "rollout_object_share",
     "rollout_to_image",
+    "uniform_attention_distance",
 ]

@@ -63,18 +63,25 @@ def attention_weights(model, images, batch_size=32):
     """
     _check_model(model)
     images = _check_images(model, images)
+    chunks = list(_attention_batches(model, images, batch_size))
+    return [np.concatenate(layer) for layer in zip(*chunks)]
+
+
+def _attention_batches(model, images, batch_size):
+    """Per batch of images, the list of every block's attention probabilities (float32 numpy).
+
+    Analyses that reduce over images consume these one batch at a time, so that memory holds
+    one batch's maps (a ViT-B/16 at 384 px has 12 x 12 maps of 577 x 577 per image)."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or (
         batch_size < 1
     ):
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
     attention = model.attention_model()
-    chunks = []
     for start in range(0, len(images), int(batch_size)):
         outputs = attention(images[start:start + int(batch_size)], training=False)
         if not isinstance(outputs, (list, tuple)):
             outputs = [outputs]
-        chunks.append([np.asarray(keras.ops.convert_to_numpy(w), np.float32) for w in outputs])
-    return [np.concatenate(layer) for layer in zip(*chunks)]
+        yield [np.asarray(keras.ops.convert_to_numpy(w), np.float32) for w in outputs]
 
 
 def _rollout_matrices(weights):
@@ -116,12 +123,54 @@ def attention_rollout(model, images, batch_size=32):
     (1, 2, 2)
     """
     _check_model(model)
-    rollout = _rollout_matrices(attention_weights(model, images, batch_size))
+    images = _check_images(model, images)
+    maps = [_output_row(model, _rollout_matrices(weights))
+            for weights in _attention_batches(model, images, batch_size)]
+    return np.concatenate(maps).reshape(-1, *model.grid_size).astype(np.float32)
+
+
+def _output_row(model, matrices):
+    """The row of (batch, tokens, tokens) matrices that reaches the classifier, over the patches:
+    the class token's row for a ``"token"`` model, the mean of all rows for a ``"gap"`` one."""
     if model.classifier == "token":
-        maps = rollout[:, 0, 1:]
-    else:
-        maps = rollout.mean(axis=1)
-    return maps.reshape(-1, *model.grid_size).astype(np.float32)
+        return matrices[:, 0, 1:]
+    return matrices.mean(axis=1)
+
+
+def attention_maps(model, images, batch_size=32):
+    """Every head's attention from the classifier's input over the patches, per block.
+
+    For a ``"token"`` model, the class token's attention row over the patch tokens (the weight
+    it gives itself is left out, so a row sums to less than 1); for a ``"gap"`` model, the mean
+    of all tokens' rows. Uniform attention puts 1 / (tokens) on every patch.
+
+    Args:
+        model: a keras_vit ``VisionTransformer``.
+        images: (batch, height, width, channels) array, preprocessed as for the model.
+        batch_size: images per forward pass.
+
+    Returns:
+        float32 numpy array (batch, num_layers, num_heads, rows, cols) over ``model.grid_size``.
+
+    Example:
+    >>> import numpy as np
+    >>> from keras_vit import VisionTransformer
+    >>> model = VisionTransformer(image_size=8, patch_size=4, hidden_size=8, num_layers=2,
+    ...                           num_heads=2, mlp_dim=16, num_classes=3)
+    >>> attention_maps(model, np.zeros((1, 8, 8, 3), "float32")).shape
+    (1, 2, 2, 2, 2)
+    """
+    _check_model(model)
+    images = _check_images(model, images)
+    batches = []
+    for weights in _attention_batches(model, images, batch_size):
+        stacked = np.stack(weights, axis=1)  # (batch, layers, heads, tokens, tokens)
+        if model.classifier == "token":
+            rows = stacked[..., 0, 1:]
+        else:
+            rows = stacked.mean(axis=-2)
+        batches.append(rows.reshape(*rows.shape[:3], *model.grid_size))
+    return np.concatenate(batches).astype(np.float32)
 
 
 def rollout_to_image(rollout, image_size, normalize=True):
@@ -204,10 +253,75 @@ def mean_attention_distance(model, images, batch_size=32):
     centres = patch_centres(model)
     distance = np.linalg.norm(centres[:, None, :] - centres[None, :, :], axis=-1)
     first = 1 if model.classifier == "token" else 0
-    result = []
-    for layer in attention_weights(model, images, batch_size):
-        patches = layer[:, :, first:, first:].astype(np.float64)
-        patches /= patches.sum(axis=-1, keepdims=True)
-        per_query = (patches * distance).sum(axis=-1)  # (batch, heads, queries)
-        result.append(per_query.mean(axis=(0, 2)))
-    return np.stack(result)
+    images = _check_images(model, images)
+    total = 0.0
+    for weights in _attention_batches(model, images, batch_size):
+        per_layer = []
+        for layer in weights:
+            patches = layer[:, :, first:, first:].astype(np.float64)
+            patches /= patches.sum(axis=-1, keepdims=True)
+            per_query = (patches * distance).sum(axis=-1)  # (batch, heads, queries)
+            per_layer.append(per_query.mean(axis=2).sum(axis=0))
+        total = total + np.stack(per_layer)
+    return total / len(images)
+
+
+def uniform_attention_distance(model):
+    """The mean attention distance (pixels) of a head that attends uniformly to all patches:
+    the mean distance between two patch centres of the grid, the reference line of Fig. 7 and
+    Fig. 11 plots.
+
+    Example:
+    >>> from keras_vit import VisionTransformer
+    >>> model = VisionTransformer(image_size=8, patch_size=4, hidden_size=8, num_layers=1,
+    ...                           num_heads=2, mlp_dim=16, num_classes=3)
+    >>> round(float(uniform_attention_distance(model)), 4)  # 2 x 2 grid, centres 4 px apart
+    3.4142
+    """
+    _check_model(model)
+    centres = patch_centres(model)
+    return float(np.linalg.norm(centres[:, None] - centres[None], axis=-1).mean())
+
+
+def rollout_object_share(rollout, images, background=-1.0, tolerance=0.1):
+    """How much of each rollout map falls on the object, for images on a flat background.
+
+    A patch belongs to the object when its mean pixel differs from ``background`` by more than
+    ``tolerance`` (Fashion-MNIST: black, -1 after scaling to [-1, 1]). A map that ignores the
+    image gives each patch the same share, so its object share equals the object's share of
+    the patches; a map that follows the object gives more.
+
+    Args:
+        rollout: (batch, rows, cols) maps from ``attention_rollout``.
+        images: (batch, height, width, channels) images the maps were computed on; height and
+            width must be multiples of rows and cols.
+        background, tolerance: the background value and how far a patch may be from it.
+
+    Returns:
+        (on_object, object_patches): two float64 arrays (batch,), the share of each map on
+        object patches and the fraction of the grid those patches cover.
+
+    Example:
+    >>> import numpy as np
+    >>> images = np.full((1, 4, 4, 1), -1.0); images[0, :2, :2] = 1.0  # object: top-left patch
+    >>> on_object, patches = rollout_object_share(np.array([[[0.4, 0.2], [0.2, 0.2]]]), images)
+    >>> float(on_object[0]), float(patches[0])
+    (0.4, 0.25)
+    """
+    maps = np.asarray(rollout, dtype=np.float64)
+    images = np.asarray(images, dtype=np.float64)
+    if maps.ndim != 3 or images.ndim != 4 or len(maps) != len(images):
+        raise ValueError(
+            f"Expected rollout maps (batch, rows, cols) and images (batch, height, width, "
+            f"channels) of the same batch, got {maps.shape} and {images.shape}."
+        )
+    batch, rows, cols = maps.shape
+    height, width = images.shape[1:3]
+    if height % rows or width % cols:
+        raise ValueError(
+            f"The images ({height} x {width}) must split into the maps' {rows} x {cols} grid."
+        )
+    patches = images.reshape(batch, rows, height // rows, cols, width // cols, -1)
+    on = np.abs(patches.mean(axis=(2, 4, 5)) - background) > tolerance
+    share = (maps * on).sum(axis=(1, 2)) / maps.sum(axis=(1, 2))
+    return share, on.mean(axis=(1, 2))

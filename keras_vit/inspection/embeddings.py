@@ -109,3 +109,43 @@ def embedding_filter_components(model, n=28):
         explained_variance=variance[:n],
         explained_variance_ratio=ratio[:n],
     )
+
+
+def position_similarity_summary(similarity):
+    """Mean cosine similarity of each patch's position embedding to groups of other patches.
+
+    The numbers behind the paper's reading of Fig. 10 ("closer patches tend to have more similar
+    position embeddings"; "row-column structure"): the mean over all patch pairs of the grid's
+    4-neighbours, of other patches in the same row, in the same column, and of all the rest.
+
+    Args:
+        similarity: (rows, cols, rows, cols) array from ``position_embedding_similarity``.
+
+    Returns:
+        dict with float ``neighbours``, ``same_row``, ``same_column`` and ``other``.
+
+    Example:
+    >>> import numpy as np
+    >>> rows = np.arange(3)[:, None, None, None] == np.arange(3)[None, None, :, None]
+    >>> summary = position_similarity_summary(np.broadcast_to(rows, (3, 3, 3, 3)) * 1.0)
+    >>> summary["same_row"], summary["same_column"], summary["other"]
+    (1.0, 0.0, 0.0)
+    """
+    similarity = np.asarray(similarity, dtype=np.float64)
+    if similarity.ndim != 4 or similarity.shape[:2] != similarity.shape[2:]:
+        raise ValueError(
+            "Expected a (rows, cols, rows, cols) similarity array from "
+            f"position_embedding_similarity, got shape {similarity.shape}."
+        )
+    rows, cols = similarity.shape[:2]
+    if rows * cols < 4 or min(rows, cols) < 2:
+        raise ValueError(f"Need a grid of at least 2 x 2 patches, got {rows} x {cols}.")
+    r, c = (axis.ravel() for axis in np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij"))
+    flat = similarity.reshape(rows * cols, rows * cols)
+    gap = np.abs(r[:, None] - r[None]) + np.abs(c[:, None] - c[None])
+    same_row = (r[:, None] == r[None]) & (gap > 0)
+    same_column = (c[:, None] == c[None]) & (gap > 0)
+    groups = dict(neighbours=gap == 1, same_row=same_row, same_column=same_column,
+                  other=(gap > 0) & ~same_row & ~same_column)
+    return {name: float(flat[mask].mean()) if mask.any() else float("nan")
+            for name, mask in groups.items()}

@@ -76,7 +76,8 @@ def plot_position_embedding_similarity(similarity, title="Position embedding sim
     """Fig. 7 (centre) and Fig. 10: the similarity of each patch's embedding with all others.
 
     Tile (r, c) of the mosaic shows, over the whole grid, the cosine similarity between the
-    position embedding of the patch at row r, column c and every other patch's.
+    position embedding of the patch at row r, column c and every other patch's, on one diverging
+    colour scale from -1 (blue) through 0 (white) to 1 (red) shared by all tiles.
 
     Args:
         similarity: (rows, cols, rows, cols) array from ``position_embedding_similarity``.
@@ -103,7 +104,12 @@ def plot_position_embedding_similarity(similarity, title="Position embedding sim
             mosaic[top:top + rows, left:left + cols] = similarity[r, c]
     fig = _new_figure((5.5, 5.0))
     axis = fig.add_subplot(1, 1, 1)
-    image = axis.imshow(mosaic, cmap="viridis", vmin=-1, vmax=1, interpolation="nearest")
+    # cosine similarity is signed: a diverging map centred at 0 (white), the same for every tile;
+    # the gaps between tiles grey, so that they differ from a similarity of 0
+    from matplotlib import colormaps
+
+    cmap = colormaps["RdBu_r"].with_extremes(bad="0.75")
+    image = axis.imshow(mosaic, cmap=cmap, vmin=-1, vmax=1, interpolation="nearest")
     axis.set_xticks(np.arange(cols) * (cols + gap) + (cols - 1) / 2, np.arange(1, cols + 1))
     axis.set_yticks(np.arange(rows) * (rows + gap) + (rows - 1) / 2, np.arange(1, rows + 1))
     axis.tick_params(length=0)
@@ -116,7 +122,7 @@ def plot_position_embedding_similarity(similarity, title="Position embedding sim
     return fig
 
 
-def plot_mean_attention_distance(distances, image_size=None, title=None):
+def plot_mean_attention_distance(distances, image_size=None, title=None, uniform=None):
     """Fig. 7 (right) and Fig. 11: mean attention distance of every head against depth.
 
     Args:
@@ -124,12 +130,14 @@ def plot_mean_attention_distance(distances, image_size=None, title=None):
         image_size: optional image side (int or (height, width)); the y axis then spans the
             image's diagonal, the largest possible distance.
         title: the figure title; by default the number of heads and layers.
+        uniform: optional distance of uniform attention (``uniform_attention_distance``), drawn
+            as a labelled dotted line: heads on it attend everywhere alike.
 
     Example:
     >>> import numpy as np
-    >>> fig = plot_mean_attention_distance(np.ones((4, 3)))
-    >>> fig.axes[0].get_ylabel()
-    'Mean attention distance (pixels)'
+    >>> fig = plot_mean_attention_distance(np.ones((4, 3)), uniform=2.0)
+    >>> fig.axes[0].get_ylabel(), fig.axes[0].lines[0].get_label()
+    ('Mean attention distance (pixels)', 'uniform attention (2.0 px)')
     """
     distances = np.asarray(distances, dtype=np.float64)
     if distances.ndim != 2:
@@ -138,12 +146,16 @@ def plot_mean_attention_distance(distances, image_size=None, title=None):
             f"{distances.shape}."
         )
     layers, heads = distances.shape
-    fig = _new_figure((5.0, 4.0))
+    fig = _new_figure((6.2 if heads <= 16 else 5.0, 4.0))
     axis = fig.add_subplot(1, 1, 1)
     depth = np.arange(layers)
     for head in range(heads):
         axis.scatter(depth, distances[:, head], s=14, label=f"Head {head + 1}")
+    if uniform is not None:
+        axis.axhline(float(uniform), color="grey", linestyle=":", linewidth=1.2,
+                     label=f"uniform attention ({float(uniform):.1f} px)")
     axis.set_xlabel("Network depth (layer)")
+    axis.set_xticks(depth if layers <= 12 else depth[::2])
     axis.set_ylabel("Mean attention distance (pixels)")
     if image_size is not None:
         if isinstance(image_size, (tuple, list)):
@@ -154,53 +166,132 @@ def plot_mean_attention_distance(distances, image_size=None, title=None):
     else:
         axis.set_ylim(bottom=0)
     if heads <= 16:
-        axis.legend(fontsize="x-small", ncol=2 if heads > 8 else 1, loc="lower right")
+        # outside the axes, so that the legend never hides a point
+        axis.legend(fontsize="x-small", ncol=2 if heads > 8 else 1, loc="upper left",
+                    bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    elif uniform is not None:
+        axis.legend(handles=axis.lines[:1], fontsize="x-small", loc="lower right")
     axis.set_title(title or f"{heads} heads, {layers} layers")
     return fig
 
 
-def plot_attention_rollout(images, rollout, value_range=(-1.0, 1.0), max_images=None):
-    """Fig. 6: each input image beside the image multiplied by its Attention Rollout map.
-
-    Args:
-        images: (batch, height, width, channels) images with values in ``value_range``.
-        rollout: (batch, rows, cols) maps from ``attention_rollout``; they are upsampled onto the
-            image and divided by their maximum (``rollout_to_image``).
-        value_range: the range of the image values (the models' [-1, 1] by default).
-        max_images: draw at most this many images.
-
-    Example:
-    >>> import numpy as np
-    >>> fig = plot_attention_rollout(np.zeros((2, 8, 8, 3)), np.ones((2, 2, 2)))
-    >>> [axis.get_title() for axis in fig.axes]
-    ['Input', 'Attention', 'Input', 'Attention']
-    """
+def _pictures(images, value_range):
+    """Images in ``value_range`` -> [0, 1] for display; checks the shapes."""
     images = np.asarray(images, dtype=np.float64)
-    rollout = np.asarray(rollout, dtype=np.float64)
     if images.ndim != 4 or images.shape[-1] not in (1, 3):
         raise ValueError(
             f"Expected images of shape (batch, height, width, 1 or 3), got {images.shape}."
         )
-    if rollout.ndim != 3 or len(rollout) != len(images):
-        raise ValueError(
-            f"Expected one (rows, cols) rollout map per image, i.e. shape ({len(images)}, rows, "
-            f"cols), got {rollout.shape}."
-        )
     low, high = value_range
     if not high > low:
         raise ValueError(f"value_range must be (low, high) with high > low, got {value_range!r}.")
-    count = len(images) if max_images is None else max(1, min(int(max_images), len(images)))
-    pictures = np.clip((images[:count] - low) / (high - low), 0.0, 1.0)
-    masks = rollout_to_image(rollout[:count], images.shape[1:3])
-    fig = _new_figure((4.0, 2.0 * count))
-    grey = images.shape[-1] == 1
+    return np.clip((images - low) / (high - low), 0.0, 1.0)
+
+
+def _show_image(axis, picture):
+    grey = picture.shape[-1] == 1
+    axis.imshow(picture[..., 0] if grey else picture, cmap="gray" if grey else None, vmin=0,
+                vmax=1)
+    axis.set_xticks([])
+    axis.set_yticks([])
+
+
+def plot_attention_rollout(images, rollout, value_range=(-1.0, 1.0), max_images=None,
+                           titles=None):
+    """Fig. 6: each input image beside its Attention Rollout map, drawn as a heat map on it.
+
+    The maps are shown relative to uniform attention (the map times the number of patches, so
+    1 means "as much as any patch would get if attention were uniform"), on one colour scale
+    shared by all images, with a colour bar: a near-uniform map looks uniform, and maps of
+    different images can be compared.
+
+    Args:
+        images: (batch, height, width, channels) images with values in ``value_range``.
+        rollout: (batch, rows, cols) maps from ``attention_rollout``; they are upsampled onto
+            the image (``rollout_to_image``, bilinear).
+        value_range: the range of the image values (the models' [-1, 1] by default).
+        max_images: draw at most this many images.
+        titles: optional list of one title per image (e.g. the class), above its input.
+
+    Example:
+    >>> import numpy as np
+    >>> fig = plot_attention_rollout(np.zeros((2, 8, 8, 3)), np.ones((2, 2, 2)))
+    >>> [axis.get_title() for axis in fig.axes[:4]]
+    ['Input', 'Attention rollout', 'Input', 'Attention rollout']
+    """
+    pictures = _pictures(images, value_range)
+    rollout = np.asarray(rollout, dtype=np.float64)
+    if rollout.ndim != 3 or len(rollout) != len(pictures):
+        raise ValueError(
+            f"Expected one (rows, cols) rollout map per image, i.e. shape ({len(pictures)}, "
+            f"rows, cols), got {rollout.shape}."
+        )
+    count = len(pictures) if max_images is None else max(1, min(int(max_images), len(pictures)))
+    patches = rollout.shape[1] * rollout.shape[2]
+    relative = rollout[:count] / rollout[:count].sum(axis=(1, 2), keepdims=True) * patches
+    heat = rollout_to_image(relative, pictures.shape[1:3], normalize=False)
+    top = max(float(heat.max()), 1.0)
+    fig = _new_figure((4.6, 2.0 * count + 0.4))
+    axes = fig.subplots(count, 2, squeeze=False)
     for index in range(count):
-        shown = (pictures[index], pictures[index] * masks[index][..., None])
-        for column, (picture, label) in enumerate(zip(shown, ("Input", "Attention"))):
-            axis = fig.add_subplot(count, 2, 2 * index + column + 1)
-            axis.imshow(picture[..., 0] if grey else picture, cmap="gray" if grey else None,
-                        vmin=0, vmax=1)
-            axis.set_title(label)
-            axis.set_xticks([])
-            axis.set_yticks([])
+        _show_image(axes[index, 0], pictures[index])
+        label = titles[index] if titles is not None else "Input"
+        axes[index, 0].set_title(label, fontsize=9)
+        # the heat map over a dimmed grey copy of the image, so both stay readable
+        grey = pictures[index].mean(axis=-1, keepdims=True)
+        _show_image(axes[index, 1], 0.35 + 0.5 * grey)
+        image = axes[index, 1].imshow(heat[index], cmap="inferno", vmin=0, vmax=top, alpha=0.6)
+        axes[index, 1].set_title("Attention rollout", fontsize=9)
+    fig.colorbar(image, ax=axes[:, 1], shrink=min(0.9, 0.35 + 0.15 * count),
+                 label="rollout / uniform share")
+    return fig
+
+
+def plot_attention_maps(image, maps, value_range=(-1.0, 1.0), title=None):
+    """Every head's attention map for one image, layer by layer, on one shared colour scale.
+
+    Column 0 shows the image; row h, column l + 1 the attention of head h in block l over the
+    patches (``attention_maps``). All panels share one linear scale from 0, with a colour bar on
+    which the uniform value 1 / (patches) is marked: a near-uniform head looks flat.
+
+    Args:
+        image: (height, width, channels) image with values in ``value_range``.
+        maps: (num_layers, num_heads, rows, cols) maps of this image, e.g.
+            ``attention_maps(model, images)[i]``.
+        value_range: the range of the image values.
+        title: the figure title.
+
+    Example:
+    >>> import numpy as np
+    >>> fig = plot_attention_maps(np.zeros((8, 8, 1)), np.full((2, 3, 2, 2), 0.25))
+    >>> len(fig.axes)  # 3 heads x (image + 2 layers) and the colour bar
+    10
+    """
+    picture = _pictures(np.asarray(image)[None], value_range)[0]
+    maps = np.asarray(maps, dtype=np.float64)
+    if maps.ndim != 4:
+        raise ValueError(
+            "Expected maps of shape (num_layers, num_heads, rows, cols) for one image, e.g. "
+            f"attention_maps(model, images)[0], got {maps.shape}."
+        )
+    layers, heads, rows, cols = maps.shape
+    uniform = 1.0 / (rows * cols)
+    top = max(float(maps.max()), 2 * uniform)
+    fig = _new_figure((1.25 * (layers + 1) + 1.0, 1.3 * heads + 0.6))
+    axes = fig.subplots(heads, layers + 1, squeeze=False)
+    for head in range(heads):
+        _show_image(axes[head, 0], picture)
+        axes[head, 0].set_ylabel(f"head {head + 1}", fontsize=8)
+        for layer in range(layers):
+            shown = axes[head, layer + 1].imshow(maps[layer, head], cmap="magma", vmin=0,
+                                                 vmax=top, interpolation="nearest")
+            axes[head, layer + 1].set_xticks([])
+            axes[head, layer + 1].set_yticks([])
+            if head == 0:
+                axes[head, layer + 1].set_title(f"layer {layer}", fontsize=8)
+    bar = fig.colorbar(shown, ax=axes, shrink=0.8,
+                       label=f"attention weight\n(cyan line: uniform, 1/{rows * cols})")
+    bar.ax.axhline(uniform, color="cyan", linewidth=2)
+    if title:
+        fig.suptitle(title)
     return fig

@@ -10,11 +10,14 @@ import pytest
 from inspection_helpers import build_vit, to_numpy, zero_query_key
 
 from keras_vit.inspection import (
+    attention_maps,
     attention_rollout,
     attention_weights,
     mean_attention_distance,
     patch_centres,
+    rollout_object_share,
     rollout_to_image,
+    uniform_attention_distance,
 )
 
 
@@ -138,9 +141,33 @@ def test_uniform_attention_distance_is_the_mean_pairwise_distance(
     images = np.random.default_rng(2).uniform(-1, 1, (2, image_size, image_size, 3))
     distance = mean_attention_distance(model, images.astype("float32"))
     assert distance.shape == (3, 2)
-    np.testing.assert_allclose(
-        distance, _mean_pairwise_patch_distance(image_size, patch_size), rtol=1e-5
-    )
+    expected = _mean_pairwise_patch_distance(image_size, patch_size)
+    np.testing.assert_allclose(distance, expected, rtol=1e-5)
+    assert uniform_attention_distance(model) == pytest.approx(expected)
+
+
+def test_batching_does_not_change_the_results(token_vit, vit_images):
+    # the analyses reduce one batch at a time; the batch size must not matter
+    for function in (mean_attention_distance, attention_rollout, attention_maps):
+        np.testing.assert_allclose(function(token_vit, vit_images, batch_size=1),
+                                   function(token_vit, vit_images, batch_size=32), rtol=1e-5,
+                                   atol=1e-7)
+
+
+@pytest.mark.parametrize("classifier", ["token", "gap"])
+def test_attention_maps_are_the_rows_reaching_the_classifier(classifier, vit_images, request):
+    model = request.getfixturevalue(f"{classifier}_vit")
+    maps = attention_maps(model, vit_images)
+    weights = attention_weights(model, vit_images)
+    assert maps.shape == (3, 3, 2, 4, 4)  # images, layers, heads, grid
+    for layer, layer_weights in enumerate(weights):
+        if classifier == "token":
+            expected = layer_weights[:, :, 0, 1:]
+        else:
+            expected = layer_weights.mean(axis=2)
+        np.testing.assert_allclose(maps[:, layer].reshape(3, 2, 16), expected, rtol=1e-6)
+    flat = attention_maps(zero_query_key(build_vit(classifier)), vit_images[:1])
+    np.testing.assert_allclose(flat, 1 / (17 if classifier == "token" else 16), rtol=1e-5)
 
 
 def test_attention_distance_of_a_trained_like_model_is_bounded(token_vit, vit_images):
@@ -223,3 +250,17 @@ def test_attention_distance_weights_each_patch_by_its_attention():
         np.testing.assert_allclose(weights[:, head], expected, atol=1e-6)
     distance = mean_attention_distance(model, images)
     np.testing.assert_allclose(distance, [[0.0, 4.0, 8.0, 4.0 * math.sqrt(2)]], rtol=1e-5)
+
+
+def test_rollout_object_share_against_the_object_mask():
+    images = np.full((2, 8, 8, 1), -1.0)
+    images[:, 4:, 4:] = 0.5  # the object: the bottom-right patch of a 2 x 2 grid
+    images[1, 0, 0] = -0.5  # one bright pixel: patch mean -0.97, within the tolerance
+    maps = np.array([[[1.0, 1.0], [1.0, 1.0]], [[0.0, 1.0], [1.0, 2.0]]])
+    on_object, patches = rollout_object_share(maps, images)
+    np.testing.assert_allclose(on_object, [0.25, 0.5])
+    np.testing.assert_allclose(patches, [0.25, 0.25])  # a uniform map's share
+    with pytest.raises(ValueError, match="split into the maps' 3 x 3 grid"):
+        rollout_object_share(np.ones((2, 3, 3)), images)
+    with pytest.raises(ValueError, match="same batch"):
+        rollout_object_share(maps[:1], images)

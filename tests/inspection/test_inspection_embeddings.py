@@ -8,6 +8,7 @@ from keras_vit.inspection import (
     FilterComponents,
     embedding_filter_components,
     position_embedding_similarity,
+    position_similarity_summary,
 )
 
 
@@ -109,3 +110,29 @@ def test_component_count_is_checked():
     for n in (0, 17, 2.5):
         with pytest.raises(ValueError, match="between 1 and 16"):
             embedding_filter_components(model, n=n)
+
+
+def test_similarity_summary_groups_patches_by_grid_relation():
+    rows, cols = 3, 4
+    r, c = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+    # similarity = 1 within a column, 0.5 for a neighbour in the same row, -1 elsewhere
+    column = c[:, :, None, None] == c[None, None]
+    row_neighbour = (r[:, :, None, None] == r[None, None]) & (
+        np.abs(c[:, :, None, None] - c[None, None]) == 1)
+    similarity = np.where(column, 1.0, np.where(row_neighbour, 0.5, -1.0))
+    summary = position_similarity_summary(similarity)
+    assert summary["same_column"] == 1.0 and summary["other"] == -1.0
+    # same row: per row 6 neighbour pairs (x2 orders) at 0.5 among 12 ordered pairs at -1
+    assert summary["same_row"] == pytest.approx((6 * 0.5 - 6 * 1.0) / 12)
+    # neighbours: 17 grid edges, 8 vertical (1.0) and 9 horizontal (0.5)
+    assert summary["neighbours"] == pytest.approx((8 * 1.0 + 9 * 0.5) / 17)
+
+
+def test_summary_of_a_model_and_bad_input():
+    summary = position_similarity_summary(position_embedding_similarity(build_vit("token")))
+    assert set(summary) == {"neighbours", "same_row", "same_column", "other"}
+    assert all(-1 <= value <= 1 for value in summary.values())
+    with pytest.raises(ValueError, match="rows, cols, rows, cols"):
+        position_similarity_summary(np.zeros((4, 4)))
+    with pytest.raises(ValueError, match="at least 2 x 2"):
+        position_similarity_summary(np.zeros((1, 3, 1, 3)))

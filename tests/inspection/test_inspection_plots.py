@@ -12,9 +12,11 @@ matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 
 from keras_vit.inspection import (  # noqa: E402
+    attention_maps,
     attention_rollout,
     embedding_filter_components,
     mean_attention_distance,
+    plot_attention_maps,
     plot_attention_rollout,
     plot_embedding_filters,
     plot_mean_attention_distance,
@@ -65,20 +67,70 @@ def test_all_figures_from_a_model(token_vit, vit_images):
     assert len(axis.collections) == 2  # one scatter per head
     np.testing.assert_allclose(axis.collections[1].get_offsets()[:, 1], distances[:, 1])
     assert axis.get_ylim()[1] == pytest.approx(np.hypot(16, 16))
+    assert not axis.lines  # no reference line unless asked for
     _renders(fig)
 
     fig = plot_attention_rollout(vit_images, attention_rollout(token_vit, vit_images),
                                  max_images=2)
-    assert [axis.get_title() for axis in fig.axes] == ["Input", "Attention"] * 2
+    assert [axis.get_title() for axis in fig.axes[:4]] == ["Input", "Attention rollout"] * 2
     _renders(fig)
+
+    fig = plot_attention_maps(vit_images[0], attention_maps(token_vit, vit_images)[0])
+    assert len(fig.axes) == 2 * (1 + 3) + 1  # heads x (image + layers), one colour bar
+    _renders(fig)
+
+
+def test_uniform_reference_line_is_labelled():
+    fig = plot_mean_attention_distance(np.ones((3, 2)), uniform=5.25)
+    line = fig.axes[0].lines[0]
+    assert line.get_label() == "uniform attention (5.2 px)"
+    assert set(line.get_ydata()) == {5.25}
+    assert "uniform attention (5.2 px)" in [t.get_text() for t in fig.axes[0].get_legend().texts]
+
+
+def test_head_maps_share_one_scale_from_zero():
+    maps = np.full((2, 3, 2, 2), 0.25)
+    maps[1, 2, 0, 0] = 0.7  # one sharp head
+    fig = plot_attention_maps(np.zeros((8, 8, 1)), maps)
+    panels = [axis for axis in fig.axes[:-1] if axis.images and axis.images[0].get_cmap().name
+              == "magma"]
+    assert len(panels) == 6
+    assert {axis.images[0].get_clim() for axis in panels} == {(0.0, 0.7)}
+    # the flat heads are drawn flat, at 0.25 / 0.7 of the scale, not stretched to full range
+    flat = panels[0].images[0]
+    assert np.ptp(flat.norm(flat.get_array())) == 0
+    bar = fig.axes[-1]
+    assert "uniform, 1/4" in bar.get_ylabel()
+    assert any(set(line.get_ydata()) == {0.25} for line in bar.lines)
+    with pytest.raises(ValueError, match="num_layers, num_heads, rows, cols"):
+        plot_attention_maps(np.zeros((8, 8, 1)), maps[0])
+
+
+def test_rollout_overlay_is_relative_to_uniform_on_one_scale():
+    images = np.zeros((2, 8, 8, 3))
+    flat = np.full((2, 2), 0.1)
+    peaked = np.array([[0.7, 0.1], [0.1, 0.1]])
+    fig = plot_attention_rollout(images, np.stack([flat, peaked]))
+    heats = [axis.images[1] for axis in (fig.axes[1], fig.axes[3])]
+    assert [heat.get_clim() for heat in heats] == [(0.0, pytest.approx(2.8))] * 2
+    np.testing.assert_allclose(heats[0].get_array(), 1.0)  # a uniform map is 1 everywhere
+    assert heats[1].get_array().max() == pytest.approx(2.8)  # 0.7 of 1.0 over 4 patches
+    assert fig.axes[-1].get_ylabel() == "rollout / uniform share"
+
+
+def test_similarity_is_on_a_diverging_scale_centred_at_zero():
+    fig = plot_position_embedding_similarity(np.zeros((2, 2, 2, 2)))
+    image = fig.axes[0].images[0]
+    assert image.get_clim() == (-1.0, 1.0) and image.get_cmap().name.startswith("RdBu")
+    assert fig.axes[-1].get_ylabel() == "Cosine similarity"
 
 
 def test_grey_images_and_filters():
     fig = plot_embedding_filters(np.random.default_rng(0).normal(size=(3, 4, 4, 1)), columns=2)
     assert len(fig.axes) == 3
     fig = plot_attention_rollout(np.ones((1, 8, 8, 1)), np.ones((1, 2, 2)), value_range=(0, 1))
-    shown = fig.axes[1].images[0].get_array()
-    np.testing.assert_allclose(shown, 1.0)  # a flat map normalised to 1 leaves the image as is
+    assert fig.axes[0].images[0].get_cmap().name == "gray"
+    np.testing.assert_allclose(fig.axes[0].images[0].get_array(), 1.0)
 
 
 def test_similarity_mosaic_places_each_patch_tile():

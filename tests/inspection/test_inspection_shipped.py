@@ -1,0 +1,30 @@
+"""The Fashion-MNIST ViT shipped as package data loads on every backend and classifies."""
+
+import keras
+import numpy as np
+
+from keras_vit import data
+from keras_vit.inspection import FASHION_MNIST_VIT, fashion_mnist_vit
+from keras_vit.inspection.shipped import WEIGHTS
+
+
+def test_shipped_model_has_the_documented_architecture_and_the_file_weights():
+    model = fashion_mnist_vit()
+    config = model.get_config()
+    for key, value in FASHION_MNIST_VIT.items():
+        assert config[key] in (value, [value, value]), key
+    with np.load(WEIGHTS) as archive:
+        assert all(archive[key].dtype == np.float16 for key in archive.files)
+        kernel = archive["embedding/kernel"].astype(np.float32)
+    loaded = keras.ops.convert_to_numpy(model.get_layer("embedding").conv.kernel)
+    np.testing.assert_array_equal(loaded, kernel)
+
+
+def test_shipped_model_classifies_fashion_mnist_and_the_untrained_twin_does_not():
+    images, labels = data.as_arrays(data.load("fashion_mnist", "test", batch_size=256,
+                                              image_size=56, max_examples=256))
+    truth = labels.argmax(axis=-1) if labels.ndim == 2 else labels
+    trained = fashion_mnist_vit().predict(images, verbose=0).argmax(axis=-1)
+    untrained = fashion_mnist_vit(trained=False).predict(images, verbose=0).argmax(axis=-1)
+    assert (trained == truth).mean() > 0.6
+    assert (untrained == truth).mean() < 0.3
