@@ -55,11 +55,11 @@ PROOFS = {
         "one_by_one_error < ",  # the hybrid's 1x1 patch embedding is a matrix product
         "np.count_nonzero(plain_change) == 1",  # patch tokens see their patch, hybrid more
     ],
-    "02_class_token_and_position_embeddings.ipynb": [
+    "03_class_token_and_position_embeddings.ipynb": [
         "change['none'] < ",  # no position embedding: invariant to shuffled patches
         "abs(results['token + none'][0] - results['token + none'][1])",  # also when trained
     ],
-    "04_high_res_finetuning.ipynb": [
+    "05_high_res_finetuning.ipynb": [
         "np.abs(kernel).max() == 0 and np.abs(logits).max() == 0",  # zero head, zero logits
         "abs(loss - np.log(NUM_CLASSES))",  # so the first loss is ln K
         "np.allclose(by_hand, after",  # load_checkpoint interpolates like the function
