@@ -212,7 +212,7 @@ def _import_timm():
 def _cpu_seconds():
     """CPU time of this process, all threads: less swayed by other programs than wall time
     (though threads that spin while waiting for each other add to it)."""
-    return sum(os.times()[:2])
+    return time.process_time()
 
 
 def _torch_ops(run):
@@ -280,6 +280,8 @@ class Worker:
 
     def start(self):
         self.ops = self.read()["ops"]
+        if self.ops is not None:
+            print(f"  {self.impl}: {self.ops:,.0f} ATen ops a step", file=sys.stderr)
 
     def read(self):
         for line in self.process.stdout:
