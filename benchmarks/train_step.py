@@ -359,7 +359,7 @@ def table(workers, args):
     peak = _peak_tflops(args) if args.device == "gpu" else None
     lines = ["| implementation | ms/step, median (range) | CPU ms/step, median | images/s | "
              + ("MFU | " if peak else "") + ("torch ops/step | " if args.ops else "")
-             + f"vs {reference or 'timm'} (median of ratios per round) |",
+             + f"vs {reference or 'timm'}: ratio of medians (per-round range) |",
              "|---|---|---|---|" + ("---|" if peak else "") + ("---|" if args.ops else "")
              + "---|"]
     for w in workers:
