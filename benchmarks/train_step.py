@@ -7,20 +7,29 @@ One command, one table (issue 19):
     python benchmarks/train_step.py --impl jax torch timm --rounds 5
     python benchmarks/train_step.py --impl "jax:steps_per_execution=8" "torch:jit_compile=true"
     python benchmarks/train_step.py --device gpu --model vit-s16 --batch 512   # bf16
+    python benchmarks/train_step.py --ops               # add torch's ATen op counts per step
+    python benchmarks/train_step.py --impl timm "timm:gelu=erf"   # timm with its exact GELU
 
 The step is the one `keras-vit train` runs: AdamW (weight decay 0.05) on a warmup + cosine
 schedule, global-norm clipping at 1, softmax cross-entropy with label smoothing 0.1, accuracy
 metric, batch 256 of 28x28x1 images for the default model. keras_vit steps are `model.fit` on
 in-memory arrays; timm's are the loop a PyTorch user writes (eager, or `torch.compile`d with
-`timm-compile`), with the same optimizer, clipping and loss.
+`timm-compile`), with the same optimizer, clipping and loss, and the same model: timm's GELU is
+set to the tanh approximation of keras_vit's models (on this CPU torch's tanh GELU took about 2
+ms more CPU time a layer, forward and backward at batch 256, than its exact one; `timm:gelu=erf`
+for timm's default).
 
 Each implementation lives in its own worker process (a Keras backend is fixed per process), built
 and warmed up once. On the CPU the workers then take turns: every round times `--steps` steps of
 each, in a rotating order, so that load from other programs on a shared machine hits all of them
 alike; only ratios from one run mean anything there. The table gives the median and the range
-over rounds. On a GPU (`--device gpu`: mixed bfloat16, the backends' fused attention) each
-worker runs its rounds alone, since a waiting worker would keep its peak GPU memory, and the
-table adds images/s and MFU (model FLOPs, 3x the forward's, over the GPU's dense bf16 peak).
+over rounds, the CPU time a step took (all threads of the worker process; steadier than the
+wall time under load, though threads spinning while they wait add to it), and the ratio to
+timm with the range of the per-round ratios. The line "before:" names the CPU, the load average
+and the versions; "after:" gives the load average at the end. On a GPU (`--device gpu`: mixed
+bfloat16, the backends' fused attention) each worker runs its rounds alone, since a waiting
+worker would keep its peak GPU memory, and the table adds images/s and MFU (model FLOPs, 3x the
+forward's, over the GPU's dense bf16 peak).
 """
 
 import argparse
@@ -49,6 +58,15 @@ IMPLEMENTATIONS = (*KERAS_BACKENDS, "timm", "timm-compile")
 PEAK_BF16_TFLOPS = {"H100 80GB HBM3": 989.0, "H100 PCIe": 756.0, "H100 NVL": 835.0,
                     "H200": 989.0, "A100": 312.0, "L4": 121.0, "A10G": 70.0}
 LEARNING_RATE, WEIGHT_DECAY, LABEL_SMOOTHING, CLIPNORM = 4e-3, 0.05, 0.1, 1.0
+# timm's GELU: by default the tanh approximation, as keras_vit's models (approximate_gelu=True,
+# the official checkpoints'); "timm:gelu=erf" is timm's own default, the exact GELU.
+GELU = {"tanh": "tanh", "erf": "none"}
+# What each implementation imports, and how to install it.
+REQUIREMENTS = {"jax": ("jax", "pip install jax"),
+                "tensorflow": ("tensorflow", "pip install tensorflow-cpu (tensorflow on a GPU)"),
+                "torch": ("torch", "pip install torch"),
+                "timm": ("timm", "pip install torch && pip install --no-deps timm"),
+                "timm-compile": ("timm", "pip install torch && pip install --no-deps timm")}
 
 
 def train_macs(spec):
@@ -103,24 +121,26 @@ def _keras_worker(spec, options, args):
     class Clock(keras.callbacks.Callback):
         def on_train_batch_begin(self, batch, logs=None):
             if batch == 0:
-                self.start = time.perf_counter()
+                self.start = time.perf_counter(), _cpu_seconds()
 
         def on_epoch_end(self, epoch, logs=None):
             # The weights depend on every step: reading one waits for the device to finish.
             keras.ops.convert_to_numpy(model.trainable_variables[0])
-            self.seconds = time.perf_counter() - self.start
+            self.seconds = time.perf_counter() - self.start[0], _cpu_seconds() - self.start[1]
 
     def run():
         clock = Clock()
         model.fit(images, onehot, batch_size=args.batch, epochs=1, shuffle=False, verbose=0,
                   callbacks=[clock])
-        return clock.seconds / args.steps
+        return clock.seconds
 
     return run
 
 
-def _timm_worker(spec, compiled, args):
+def _timm_worker(spec, compiled, options, args):
     _import_timm()
+    import functools
+
     import torch
     import torch.nn.functional as F
     from timm.models.vision_transformer import VisionTransformer
@@ -132,7 +152,9 @@ def _timm_worker(spec, compiled, args):
         in_chans=spec["channels"], num_classes=spec["num_classes"],
         embed_dim=spec["hidden_size"], depth=spec["num_layers"], num_heads=spec["num_heads"],
         mlp_ratio=spec["mlp_dim"] / spec["hidden_size"], class_token=not gap,
-        global_pool="avg" if gap else "token", fc_norm=False).to(device)
+        global_pool="avg" if gap else "token", fc_norm=False,
+        act_layer=functools.partial(torch.nn.GELU, approximate=GELU[options.get("gelu", "tanh")]),
+    ).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE,
                                   weight_decay=WEIGHT_DECAY, eps=1e-8)
     total, warmup = 10_000, 100
@@ -167,13 +189,13 @@ def _timm_worker(spec, compiled, args):
     def run():
         if device == "cuda":
             torch.cuda.synchronize()
-        start = time.perf_counter()
+        start = time.perf_counter(), _cpu_seconds()
         for i in range(args.steps):
             batch = slice(i * args.batch, (i + 1) * args.batch)
             accuracy = step(images[batch].to(device, non_blocking=True),
                             labels[batch].to(device, non_blocking=True))
         accuracy.item()
-        return (time.perf_counter() - start) / args.steps
+        return time.perf_counter() - start[0], _cpu_seconds() - start[1]
 
     return run
 
@@ -187,24 +209,47 @@ def _import_timm():
     return import_timm()
 
 
+def _cpu_seconds():
+    """CPU time of this process, all threads: less swayed by other programs than wall time
+    (though threads that spin while waiting for each other add to it)."""
+    return time.process_time()
+
+
+def _torch_ops(run):
+    """ATen operations (every dispatched op, nested ones included) that one round issues."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as trace:
+        run()
+    return sum(e.count for e in trace.key_averages() if e.key.startswith("aten::"))
+
+
+def _options(text, impl):
+    options = {}
+    for item in filter(None, text.split(",")):
+        key, _, value = item.partition("=")
+        options[key] = json.loads(value) if impl in KERAS_BACKENDS else value
+    return options
+
+
 def worker(args):
     spec = MODELS[args.model]
     impl, _, option_text = args.worker.partition(":")
+    options = _options(option_text, impl)
     if impl in KERAS_BACKENDS:
-        options = {}
-        for item in filter(None, option_text.split(",")):
-            key, _, value = item.partition("=")
-            options[key] = json.loads(value)
         run = _keras_worker(spec, options, args)
     else:
-        run = _timm_worker(spec, impl == "timm-compile", args)
+        run = _timm_worker(spec, impl == "timm-compile", options, args)
     for _ in range(args.warmup):
         run()
-    _reply({"ready": True})
+    uses_torch = impl not in KERAS_BACKENDS or impl == "torch"
+    ops = _torch_ops(run) / args.steps if args.ops and uses_torch else None
+    _reply({"ready": True, "ops": ops})
     for line in sys.stdin:
         if line.strip() != "go":
             break
-        _reply({"seconds": run()})
+        seconds, cpu_seconds = run()
+        _reply({"seconds": seconds / args.steps, "cpu_seconds": cpu_seconds / args.steps})
 
 
 def _reply(message):
@@ -227,10 +272,16 @@ class Worker:
         command = [sys.executable, os.path.abspath(__file__), "--worker", impl,
                    "--model", args.model, "--batch", str(args.batch), "--steps",
                    str(args.steps), "--warmup", str(args.warmup), "--device", args.device]
+        command += ["--ops"] if args.ops else []
         self.log = tempfile.TemporaryFile(mode="w+")
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=self.log, text=True, env=env)
-        self.seconds = []
+        self.seconds, self.cpu_seconds, self.ops = [], [], None
+
+    def start(self):
+        self.ops = self.read()["ops"]
+        if self.ops is not None:
+            print(f"  {self.impl}: {self.ops:,.0f} ATen ops a step", file=sys.stderr)
 
     def read(self):
         for line in self.process.stdout:
@@ -243,7 +294,9 @@ class Worker:
     def go(self):
         self.process.stdin.write("go\n")
         self.process.stdin.flush()
-        self.seconds.append(self.read()["seconds"])
+        reply = self.read()
+        self.seconds.append(reply["seconds"])
+        self.cpu_seconds.append(reply["cpu_seconds"])
 
     def close(self):
         if self.process.poll() is None:
@@ -257,7 +310,7 @@ def measure(args):
         if args.device == "gpu":  # one at a time: an idle worker would hold its GPU memory
             for impl in args.impl:
                 worker = Worker(impl, args)
-                worker.read()
+                worker.start()
                 for _ in range(args.rounds):
                     worker.go()
                 worker.close()
@@ -266,7 +319,7 @@ def measure(args):
         else:
             for impl in args.impl:  # start one by one: compiling in parallel would be noise
                 workers.append(Worker(impl, args))
-                workers[-1].read()
+                workers[-1].start()
             for r in range(args.rounds):
                 turn = workers[r % len(workers):] + workers[:r % len(workers)]
                 for worker in turn:
@@ -277,7 +330,7 @@ def measure(args):
     finally:
         for worker in workers:
             worker.close()
-    return {w.impl: w.seconds for w in workers}
+    return workers
 
 
 def _summary(seconds):
@@ -296,26 +349,79 @@ def _peak_tflops(args):
     return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
 
 
-def table(results, args):
+def table(workers, args):
+    """The markdown table: wall and CPU ms a step, images/s, (MFU,) torch ops, ratio to timm."""
     spec = MODELS[args.model]
-    reference = next((i for i in ("timm", "timm-compile") if i in results), None)
-    reference_s = statistics.median(results[reference]) if reference else None
+    by_impl = {w.impl: w for w in workers}
+    reference = next((i for i in ("timm", "timm-compile") if i in by_impl), None)
+    reference_s = statistics.median(by_impl[reference].seconds) if reference else None
     flops = 3 * 2 * train_macs(spec) * args.batch
     peak = _peak_tflops(args) if args.device == "gpu" else None
-    lines = ["| implementation | ms/step, median (range) | images/s | "
-             + ("MFU | " if peak else "") + f"vs {reference or 'timm'} |",
-             "|---|---|---|" + ("---|" if peak else "") + "---|"]
-    for impl, seconds in results.items():
-        median = statistics.median(seconds)
-        backend, _, options = impl.partition(":")
-        name = impl if backend not in KERAS_BACKENDS else \
+    lines = ["| implementation | ms/step, median (range) | CPU ms/step, median | images/s | "
+             + ("MFU | " if peak else "") + ("torch ops/step | " if args.ops else "")
+             + f"vs {reference or 'timm'}: ratio of medians (per-round range) |",
+             "|---|---|---|---|" + ("---|" if peak else "") + ("---|" if args.ops else "")
+             + "---|"]
+    for w in workers:
+        median = statistics.median(w.seconds)
+        backend, _, options = w.impl.partition(":")
+        name = w.impl if backend not in KERAS_BACKENDS else \
             f"keras_vit, {backend} backend" + (f" ({options})" if options else "")
-        row = f"| {name} | {_summary(seconds)} | {args.batch / median:,.0f} | "
+        row = (f"| {name} | {_summary(w.seconds)} | {statistics.median(w.cpu_seconds) * 1e3:.1f}"
+               f" | {args.batch / median:,.0f} | ")
         if peak:
             row += f"{flops / median / (peak * 1e12):.1%} | "
-        row += f"{reference_s / median:.2f} |" if reference else "- |"
+        if args.ops:
+            row += f"{w.ops:,.0f} | " if w.ops is not None else "- | "
+        if reference:
+            # Each round's ratio: a round's load hits every implementation in it alike.
+            ratios = [r / s for r, s in zip(by_impl[reference].seconds, w.seconds)]
+            row += f"{reference_s / median:.2f} ({min(ratios):.2f}-{max(ratios):.2f}) |"
+        else:
+            row += "- |"
         lines.append(row)
     return "\n".join(lines)
+
+
+def environment():
+    """The machine, the load and the versions: what a reader needs to compare two tables."""
+    from importlib import metadata
+
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as file:
+            cpu = next(line.split(":", 1)[1].strip() for line in file
+                       if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    versions = []
+    for package in ("keras", "jax", "jaxlib", "tensorflow", "torch", "timm"):
+        try:
+            versions.append(f"{package} {metadata.version(package)}")
+        except metadata.PackageNotFoundError:
+            continue
+    load = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    return f"{cpu}, {os.cpu_count()} CPUs, load average {load}; {', '.join(versions)}"
+
+
+def check_installed(parser, impls, explicit):
+    """The implementations whose packages are installed; an error naming what is missing (and
+    how to install it) for one asked for by name, or when none is left."""
+    def missing(impl):
+        module = REQUIREMENTS[impl.split(":")[0]][0]
+        return importlib.util.find_spec(module) is None
+
+    absent = [i for i in impls if missing(i)]
+    how = "; ".join(f"{i}: {REQUIREMENTS[i.split(':')[0]][1]}" for i in absent)
+    if importlib.util.find_spec("keras") is None and any(
+            i.split(":")[0] in KERAS_BACKENDS for i in impls):
+        parser.error("keras is not installed: pip install keras")
+    if absent and (explicit or len(absent) == len(impls)):
+        parser.error(f"cannot import {', '.join(absent)}; install with {how}, or leave "
+                     "them out of --impl")
+    if absent:
+        print(f"(skipping {', '.join(absent)}, not installed: {how})", file=sys.stderr)
+    return [i for i in impls if i not in absent]
 
 
 def main():
@@ -334,6 +440,10 @@ def main():
                         help="gpu: mixed bfloat16, one worker at a time, images/s and MFU")
     parser.add_argument("--peak-tflops", type=float,
                         help="the accelerator's dense bf16 peak (default: from nvidia-smi's name)")
+    parser.add_argument("--ops", action="store_true",
+                        help="also count the ATen ops of a step of the torch-based "
+                        "implementations (torch.profiler, one extra untimed round): unlike "
+                        "times, the counts do not depend on the machine's load")
     parser.add_argument("--json", help="also write the per-round seconds to this file")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -343,22 +453,24 @@ def main():
     args.steps = args.steps or spec["steps"]
     if args.worker:
         return worker(args)
-    if not args.impl:  # all that are installed
-        modules = {"jax": "jax", "tensorflow": "tensorflow", "torch": "torch", "timm": "timm",
-                   "timm-compile": "timm"}
-        args.impl = [i for i in IMPLEMENTATIONS if importlib.util.find_spec(modules[i])]
-    for impl in args.impl:
+    for impl in args.impl or ():
         if impl.split(":")[0] not in IMPLEMENTATIONS:
             parser.error(f"unknown implementation {impl!r}; choose among {IMPLEMENTATIONS}")
+    args.impl = check_installed(parser, args.impl or list(IMPLEMENTATIONS), bool(args.impl))
     print(f"model={args.model} ({spec['name']} at {spec['image_size']} px, hidden "
           f"{spec['hidden_size']}, {spec['num_layers']} layers) batch={args.batch} "
           f"steps/round={args.steps} rounds={args.rounds} device={args.device} "
-          f"cpus={os.cpu_count()} date={time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    results = measure(args)
-    print(table(results, args))
+          f"date={time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(f"before: {environment()}")
+    workers = measure(args)
+    print(table(workers, args))
+    print(f"after: load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     if args.json:
         with open(args.json, "w") as file:
-            json.dump({"args": vars(args), "seconds": results}, file, indent=1)
+            json.dump({"args": vars(args), "environment": environment(),
+                       "seconds": {w.impl: w.seconds for w in workers},
+                       "cpu_seconds": {w.impl: w.cpu_seconds for w in workers},
+                       "ops": {w.impl: w.ops for w in workers}}, file, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,93 @@
+"""Seconds of the whole `keras-vit train` job on each Keras backend: what the backend choice of
+``keras_vit/backend_choice.py`` is measured on (issue 19, item 3).
+
+    python benchmarks/train_job.py                          # 2 epochs of 30 steps, 2 rounds
+    python benchmarks/train_job.py --epochs 3 --rounds 3 --backends jax tensorflow
+    python benchmarks/train_job.py -- --train-examples 60000   # after --: keras-vit train flags
+
+Each round runs ``python -m keras_vit train`` once per backend, in a rotating order, so that load
+from other programs on a shared machine hits all of them alike. The job is the default one (its
+data, model, optimizer, the test-set evaluation after every epoch) on the first
+``--train-examples`` examples, so that an epoch is short; the table gives each epoch's seconds
+(from the run's history.json: fit and evaluation), the later epochs' median, and the command's
+wall time (start-up, compilation and the final evaluation included), with the load average.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+BACKENDS = ("tensorflow", "jax", "torch")
+
+
+def run_job(backend, epochs, extra, folder):
+    """One ``keras-vit train`` run; its per-epoch seconds and wall time."""
+    output = os.path.join(folder, f"{backend}-{time.monotonic_ns()}")
+    env = dict(os.environ, KERAS_BACKEND=backend)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    command = [sys.executable, "-m", "keras_vit", "train", "--epochs", str(epochs),
+               "--verbose", "0", "--output", output, *extra]
+    start = time.perf_counter()
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if done.returncode:
+        raise RuntimeError(f"keras-vit train on {backend} failed (exit {done.returncode}):\n"
+                           f"{done.stderr[-3000:]}")
+    with open(os.path.join(output, "history.json")) as file:
+        epochs_s = [record["seconds"] for record in json.load(file)]
+    with open(os.path.join(output, "metrics.json")) as file:
+        accuracy = json.load(file).get("test_accuracy")
+    return {"epochs": epochs_s, "wall": wall, "accuracy": accuracy,
+            "load": os.getloadavg()[0]}
+
+
+def table(results):
+    lines = ["| backend | epoch 1 (compiles), s | later epochs, s, median (range) | "
+             "wall time, s, median (range) | load average (1 min) |",
+             "|---|---|---|---|---|"]
+    for backend, runs in results.items():
+        first = ", ".join(f"{r['epochs'][0]:.1f}" for r in runs)
+        later = [s for r in runs for s in r["epochs"][1:]]
+        walls = [r["wall"] for r in runs]
+        loads = ", ".join(f"{r['load']:.1f}" for r in runs)
+        later_text = (f"{statistics.median(later):.1f} ({min(later):.1f}-{max(later):.1f})"
+                      if later else "-")
+        lines.append(f"| {backend} | {first} | {later_text} | {statistics.median(walls):.1f} "
+                     f"({min(walls):.1f}-{max(walls):.1f}) | {loads} |")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--train-examples", type=int, default=7680,
+                        help="examples per epoch (default 7680: 30 steps of 256)")
+    parser.add_argument("extra", nargs="*", help="more keras-vit train flags, after --")
+    args = parser.parse_args()
+    extra = ["--train-examples", str(args.train_examples), *args.extra]
+    print(f"keras-vit train --epochs {args.epochs} {' '.join(extra)}; rounds={args.rounds} "
+          f"cpus={os.cpu_count()} date={time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
+          f"load={os.getloadavg()[0]:.1f}")
+    results = {backend: [] for backend in args.backends}
+    with tempfile.TemporaryDirectory() as folder:
+        for r in range(args.rounds):
+            turn = args.backends[r % len(args.backends):] + args.backends[:r % len(args.backends)]
+            for backend in turn:
+                results[backend].append(run_job(backend, args.epochs, extra, folder))
+                result = results[backend][-1]
+                print(f"  round {r + 1}, {backend}: epochs "
+                      + ", ".join(f"{s:.1f}" for s in result["epochs"])
+                      + f" s, wall {result['wall']:.1f} s, accuracy {result['accuracy']}, "
+                      f"load {result['load']:.1f}", file=sys.stderr)
+    print(table(results))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
