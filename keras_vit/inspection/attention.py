@@ -130,11 +130,11 @@ def attention_rollout(model, images, batch_size=32):
 
 
 def _output_row(model, matrices):
-    """The row of (batch, tokens, tokens) matrices that reaches the classifier, over the patches:
+    """The row of (..., tokens, tokens) matrices that reaches the classifier, over the patches:
     the class token's row for a ``"token"`` model, the mean of all rows for a ``"gap"`` one."""
     if model.classifier == "token":
-        return matrices[:, 0, 1:]
-    return matrices.mean(axis=1)
+        return matrices[..., 0, 1:]
+    return matrices.mean(axis=-2)
 
 
 def attention_maps(model, images, batch_size=32):
@@ -164,11 +164,7 @@ def attention_maps(model, images, batch_size=32):
     images = _check_images(model, images)
     batches = []
     for weights in _attention_batches(model, images, batch_size):
-        stacked = np.stack(weights, axis=1)  # (batch, layers, heads, tokens, tokens)
-        if model.classifier == "token":
-            rows = stacked[..., 0, 1:]
-        else:
-            rows = stacked.mean(axis=-2)
+        rows = _output_row(model, np.stack(weights, axis=1))  # (batch, layers, heads, patches)
         batches.append(rows.reshape(*rows.shape[:3], *model.grid_size))
     return np.concatenate(batches).astype(np.float32)
 

@@ -111,6 +111,17 @@ def embedding_filter_components(model, n=28):
     )
 
 
+def check_similarity(similarity):
+    """``similarity`` as float64 after checking it is a (rows, cols, rows, cols) array."""
+    similarity = np.asarray(similarity, dtype=np.float64)
+    if similarity.ndim != 4 or similarity.shape[:2] != similarity.shape[2:]:
+        raise ValueError(
+            "Expected a (rows, cols, rows, cols) similarity array from "
+            f"position_embedding_similarity, got shape {similarity.shape}."
+        )
+    return similarity
+
+
 def position_similarity_summary(similarity):
     """Mean cosine similarity of each patch's position embedding to groups of other patches.
 
@@ -131,12 +142,7 @@ def position_similarity_summary(similarity):
     >>> summary["same_row"], summary["same_column"], summary["other"]
     (1.0, 0.0, 0.0)
     """
-    similarity = np.asarray(similarity, dtype=np.float64)
-    if similarity.ndim != 4 or similarity.shape[:2] != similarity.shape[2:]:
-        raise ValueError(
-            "Expected a (rows, cols, rows, cols) similarity array from "
-            f"position_embedding_similarity, got shape {similarity.shape}."
-        )
+    similarity = check_similarity(similarity)
     rows, cols = similarity.shape[:2]
     if rows * cols < 4 or min(rows, cols) < 2:
         raise ValueError(f"Need a grid of at least 2 x 2 patches, got {rows} x {cols}.")

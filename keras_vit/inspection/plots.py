@@ -9,7 +9,7 @@ when a helper is called (``pip install matplotlib``, or the ``inspection`` extra
 import numpy as np
 
 from keras_vit.inspection.attention import rollout_to_image
-from keras_vit.inspection.embeddings import FilterComponents
+from keras_vit.inspection.embeddings import FilterComponents, check_similarity
 
 
 def _new_figure(figsize):
@@ -89,12 +89,7 @@ def plot_position_embedding_similarity(similarity, title="Position embedding sim
     >>> fig.axes[0].get_xlabel()
     'Input patch column'
     """
-    similarity = np.asarray(similarity, dtype=np.float64)
-    if similarity.ndim != 4 or similarity.shape[:2] != similarity.shape[2:]:
-        raise ValueError(
-            "Expected a (rows, cols, rows, cols) similarity array from "
-            f"position_embedding_similarity, got shape {similarity.shape}."
-        )
+    similarity = check_similarity(similarity)
     rows, cols = similarity.shape[:2]
     gap = 1
     mosaic = np.full((rows * (rows + gap) - gap, cols * (cols + gap) - gap), np.nan)
