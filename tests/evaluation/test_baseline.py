@@ -1,3 +1,5 @@
+import warnings
+
 import numpy as np
 import pytest
 
@@ -12,6 +14,20 @@ def test_pixel_baseline_on_real_digits():
     x, y = digits.images[..., None], digits.target
     accuracy = pixel_baseline(x[:1200], y[:1200], x[1200:], y[1200:])
     assert 0.9 < accuracy <= 1.0
+
+
+def test_pixel_baseline_converges_on_thousands_of_images():
+    """The per-example penalty: a fixed C = 1 left L-BFGS unconverged after 200 iterations on
+    25,600 Fashion-MNIST images (the notebooks' ConvergenceWarning)."""
+    from sklearn.exceptions import ConvergenceWarning
+
+    from keras_vit.data import offline
+
+    (x, y), (x_test, y_test) = offline.load_fashion_mnist(num_train=6000, num_test=2000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        accuracy = pixel_baseline(x, y, x_test, y_test)
+    assert 0.8 < accuracy < 0.9
 
 
 def test_pixel_baseline_ignores_constant_pixels():
