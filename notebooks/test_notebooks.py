@@ -36,6 +36,17 @@ def test_notebook_runs_outside_a_checkout(path):
     assert "keras_vit.distribution.data_parallel()" in text  # every notebook uses all devices
 
 
+def test_titles_and_cross_references_use_the_file_numbers():
+    """A renumbering must reach the titles and every "notebook NN" in the text."""
+    numbers = {os.path.basename(path)[:2] for path in NOTEBOOKS}
+    for path in NOTEBOOKS:
+        cells = nbformat.read(path, as_version=4).cells
+        assert cells[0].source.startswith(f"# {os.path.basename(path)[:2]} · "), path
+        text = "\n".join(c.source for c in cells)
+        for number in re.findall(r"[Nn]otebooks? (\d\d)", text):
+            assert number in numbers, (path, number)
+
+
 # notebook -> the asserts (their condition's start) that check a proof the notebook shows
 PROOFS = {
     "01_patchify.ipynb": [
