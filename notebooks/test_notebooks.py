@@ -47,6 +47,16 @@ def test_titles_and_cross_references_use_the_file_numbers():
             assert number in numbers, (path, number)
 
 
+def test_committed_outputs_carry_no_log_noise_or_warnings():
+    """What a reader sees: no TensorFlow/absl start-up lines, no library warnings."""
+    noise = re.compile(r"I0000 |absl::InitializeLog|Warning:|WARNING")
+    for path in NOTEBOOKS:
+        for cell in _code_cells(path):
+            for output in cell.get("outputs", []):
+                if output.get("output_type") == "stream":
+                    assert not noise.search(output["text"]), (path, output["text"][:300])
+
+
 # notebook -> the asserts (their condition's start) that check a proof the notebook shows
 PROOFS = {
     "01_patchify.ipynb": [
