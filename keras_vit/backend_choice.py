@@ -31,9 +31,10 @@ KERAS_DEFAULT = "tensorflow"
 # (2026-11-24): a second epoch took tensorflow 2.1-2.6 s, jax 9.0 s, torch 30-46 s; torch's
 # threads stall when the cores are busy (tf.data's threads too). Re-measured with evaluation
 # included (benchmarks/train_job.py, 2 rounds, load 9-25, 2026-11-24 20:47 UTC): second epoch
-# tensorflow 7.6-15.7 s, jax 13.1-64.8 s, torch 537-638 s. GPU: H100, bf16, the step of
-# benchmarks/train_step.py: jax 4.4x faster than timm on the default model, torch 0.27x;
-# tensorflow was not measured there.
+# tensorflow 7.6-15.7 s, jax 13.1-64.8 s, torch 537-638 s. Idle (23:29 UTC) torch is the
+# fastest (2.2 s against 2.6 and 3.0), but the order is for a machine that may be shared.
+# GPU: H100, bf16, the step of benchmarks/train_step.py: jax 4.4x faster than timm on the
+# default model, torch 0.27x; tensorflow was not measured there.
 FASTEST = {"cpu": ("tensorflow", "jax", "torch"), "gpu": ("jax", "torch", "tensorflow")}
 QUIET = {"TF_CPP_MIN_LOG_LEVEL": "2", "GRPC_VERBOSITY": "ERROR", "GLOG_minloglevel": "2"}
 # TensorFlow's start-up lines that come through before its logging reads TF_CPP_MIN_LOG_LEVEL.
