@@ -8,6 +8,7 @@ Example:
 """
 
 from keras_vit.training.mpp import MaskedPatchPrediction
+from keras_vit.training.optimizers import AccumulatingSGD, TraceSGD
 from keras_vit.training.recipes import (
     classification_loss,
     finetuning_optimizer,
@@ -17,7 +18,9 @@ from keras_vit.training.recipes import (
 from keras_vit.training.schedules import WarmupLinearDecay, warmup_schedule
 
 __all__ = [
+    "AccumulatingSGD",
     "MaskedPatchPrediction",
+    "TraceSGD",
     "WarmupLinearDecay",
     "classification_loss",
     "finetuning_optimizer",

@@ -13,12 +13,12 @@ multiplier only, not by the base learning rate: its ``wd=1e-4`` at ``lr=1e-3`` i
 Decay applies to every variable, as in flax's Adam; call
 ``optimizer.exclude_from_weight_decay(var_names=[...])`` before training to spare some.
 
-Fine-tuning (Appendix B.1.1, Table 4): SGD with momentum 0.9, no weight decay, global-norm
-clipping at 1, cosine decay with linear warmup, the head replaced by a zero-initialised Dense,
-often at a higher resolution (``keras_vit.resize_model``); optional Polyak averaging (Keras'
-``use_ema``: the averaged weights replace the trained ones at the end of ``fit``). Keras' SGD
-momentum is ``v = 0.9 v - lr_t g; p += v`` where the official one is ``m = 0.9 m + g;
-p -= lr_t m``: the same update for a constant learning rate.
+Fine-tuning (Appendix B.1.1, Table 4): the official step of vit_jax, ``finetuning_optimizer``:
+SGD with optax's momentum trace (stored in bfloat16), no weight decay, global-norm clipping at 1
+of the gradient averaged over the micro-batches, cosine decay with linear warmup on the update
+count, the head replaced by a zero-initialised Dense, often at a higher resolution
+(``keras_vit.resize_model``); optional Polyak averaging (Keras' ``use_ema``). See
+``keras_vit.training.optimizers`` for how the trace differs from Keras' ``SGD``.
 """
 
 import keras
@@ -55,29 +55,57 @@ def pretraining_optimizer(total_steps, *, learning_rate=1e-3, warmup_steps=10_00
     )
 
 
+MOMENTUM_FORMS = ("trace", "keras")
+
+
 def finetuning_optimizer(total_steps, *, learning_rate=0.03, warmup_steps=500, decay="cosine",
-                         momentum=0.9, global_clipnorm=1.0, use_ema=False, ema_momentum=0.9999):
-    """SGD with momentum, no weight decay, global-norm clipping and warmup + cosine decay.
+                         gradient_accumulation_steps=1, momentum=0.9, momentum_dtype="bfloat16",
+                         momentum_form="trace", global_clipnorm=1.0, use_ema=False,
+                         ema_momentum=0.9999):
+    """The official fine-tuning optimizer: SGD with a momentum trace, clipping of the
+    accumulated gradient, and warmup + decay on the update count.
+
+    Fed to ``model.fit`` with micro-batches of ``global_batch // gradient_accumulation_steps``
+    (``shuffle=False``), it makes the updates of vit_jax's ``make_update_fn`` with the optimizer
+    of its ``train_and_evaluate`` (docs/training.md states to what precision).
 
     Args:
-        total_steps: optimizer steps of the fine-tuning run (e.g. 10k for CIFAR, 500 AugReg).
+        total_steps: updates of the fine-tuning run (e.g. 10k for CIFAR, 500 AugReg).
         learning_rate: base learning rate (Table 4 sweeps {0.001, 0.003, 0.01, 0.03}).
-        warmup_steps: linear warmup steps (500 official); must be below ``total_steps``.
+        warmup_steps: linear warmup updates (500 official); must be below ``total_steps``.
+        decay: ``"cosine"`` or ``"linear"`` (to 1e-5), as ``warmup_schedule``.
+        gradient_accumulation_steps: micro-batches averaged into one update (the official
+            ``accum_steps``; the published fine-tunes use 8 for a global batch of 512).
+        momentum_dtype: ``"bfloat16"`` (the official trainer's trace) or ``"float32"``.
+        momentum_form: ``"trace"`` (the official optax update, ``TraceSGD``) or ``"keras"``
+            (Keras' ``SGD``, ``v = 0.9 v - lr g``: the same for a constant rate only, and its
+            velocity is stored in float32).
         use_ema: Polyak averaging of the weights (``ema_momentum``); the averages are written
-            into the model at the end of ``fit``.
+            into the model at the end of ``fit``. Not part of the official step.
 
     Example:
-    >>> optimizer = finetuning_optimizer(500, warmup_steps=100, use_ema=True)
-    >>> optimizer.momentum, optimizer.global_clipnorm, optimizer.use_ema
-    (0.9, 1.0, True)
+    >>> optimizer = finetuning_optimizer(500, warmup_steps=100, gradient_accumulation_steps=8)
+    >>> type(optimizer).__name__, optimizer.momentum, optimizer.momentum_dtype
+    ('TraceSGD', 0.9, 'bfloat16')
+    >>> optimizer.global_clipnorm, optimizer.gradient_accumulation_steps
+    (1.0, 8)
     """
-    return keras.optimizers.SGD(
+    from keras_vit.training.optimizers import AccumulatingSGD, TraceSGD
+
+    accumulation = int(gradient_accumulation_steps)
+    if accumulation < 1:
+        raise ValueError(f"gradient_accumulation_steps must be at least 1, got "
+                         f"{gradient_accumulation_steps}.")
+    options = dict(
         learning_rate=warmup_schedule(learning_rate, total_steps, warmup_steps, decay),
-        momentum=momentum,
-        global_clipnorm=global_clipnorm,
-        use_ema=use_ema,
+        momentum=momentum, global_clipnorm=global_clipnorm, use_ema=use_ema,
         ema_momentum=ema_momentum,
-    )
+        gradient_accumulation_steps=accumulation if accumulation > 1 else None)
+    if momentum_form == "trace":
+        return TraceSGD(momentum_dtype=momentum_dtype, **options)
+    if momentum_form == "keras":
+        return AccumulatingSGD(**options)
+    raise ValueError(f"Unknown momentum_form {momentum_form!r}; use one of {MOMENTUM_FORMS}.")
 
 
 def classification_loss(label_smoothing=0.0):

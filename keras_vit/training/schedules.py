@@ -7,9 +7,12 @@ vit_jax's ``create_learning_rate_schedule`` at step ``t`` (W warmup steps, T tot
     linear:  lr(t) = (end + (base - end) * (1 - progress)) * min(1, t / W)
 
 The cosine form is exactly Keras' built-in ``CosineDecay(0, T - W, warmup_target=base,
-warmup_steps=W)``; the linear form is ``WarmupLinearDecay`` below. Keras passes
-``optimizer.iterations`` as ``t``, so the first update uses ``t = 0`` (the official loop starts
-at 1): a one-step shift that only matters for the very first update.
+warmup_steps=W)``; the linear form is ``WarmupLinearDecay`` below. optax evaluates the schedule
+on its update count, from 0, so the official update ``k`` (from 1) uses ``lr(k - 1)``: with
+warmup the first update has rate 0 and only moves the momentum. Keras passes
+``optimizer.iterations``, also from 0, so the two agree update for update (checked against the
+official trainer's fine-tuning steps, tests/training/test_official_finetuning.py; with gradient
+accumulation ``keras_vit.training.optimizers`` keeps the count on updates).
 """
 
 import keras
