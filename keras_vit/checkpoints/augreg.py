@@ -37,6 +37,7 @@ import functools
 import math
 import os
 import re
+import sys
 
 INDEX_URL = "https://storage.googleapis.com/vit_models/augreg/index.csv"
 PREFIX = "augreg/"
@@ -106,7 +107,7 @@ def _parse(path, mtime, size):
                 f"missing (it has {', '.join(header) or 'no header'}). Use a complete copy of "
                 f"{INDEX_URL} (delete a stale one from the Keras cache, or check "
                 "KERAS_VIT_MIRROR).")
-        where = [header.index(column) for column in COLUMNS]
+        where = [(header.index(column), _CONVERT[column]) for column in COLUMNS]
         rows = tuple(_typed(path, reader.line_num, cells, len(header), where)
                      for cells in reader)
     if not rows:
@@ -118,22 +119,34 @@ def _typed(path, line, cells, width, where):
     if len(cells) != width:
         raise ValueError(f"{path!r} line {line} has {len(cells)} fields where the header has "
                          f"{width}; the file is cut short or damaged.")
-    values = []
-    for column, i in zip(COLUMNS, where):
-        text = cells[i].strip()
-        if column in _TEXT:
-            values.append(text)
-            continue
-        try:
-            value = float(text) if text else math.nan
-        except ValueError:
-            raise ValueError(f"{path!r} line {line}: {column}={text!r} is not a number.") from None
-        if math.isnan(value):
-            value = None  # pandas writes a missing value (NaN) as an empty cell
-        elif column in _INTEGER and value.is_integer():
-            value = int(value)
-        values.append(value)
-    return Row(*values)
+    try:
+        return Row._make([convert(cells[i]) for i, convert in where])
+    except ValueError:
+        for column, (i, convert) in zip(COLUMNS, where):  # find the cell, for the message
+            try:
+                convert(cells[i])
+            except ValueError:
+                raise ValueError(f"{path!r} line {line}: {column}={cells[i]!r} is not a "
+                                 "number.") from None
+        raise
+
+
+def _text(text):
+    return sys.intern(text.strip())  # each upstream file name repeats in ~68 rows
+
+
+def _real(text):
+    value = float(text) if text.strip() else math.nan
+    return None if math.isnan(value) else value  # pandas writes a missing value as ""
+
+
+def _whole(text):
+    value = _real(text)
+    return int(value) if value is not None and value.is_integer() else value
+
+
+_CONVERT = dict.fromkeys(COLUMNS, _real) | dict.fromkeys(_TEXT, _text) | dict.fromkeys(
+    _INTEGER, _whole)
 
 
 # ----------------------------------------------------------------------------- questions
