@@ -45,8 +45,9 @@ def load_checkpoint(path, *, format=None, image_size=None, num_classes=None,
 
     Args:
         path: an official ``.npz`` (or URL, or published name such as
-            ``"imagenet21k/ViT-B_16"``), a timm ``.safetensors``/``.pth``/``.bin`` state dict, or
-            a transformers ViT folder.
+            ``"imagenet21k/ViT-B_16"``, or AugReg short name such as ``"augreg/ViT-B/16"``,
+            ``"augreg/ViT-B/16:cifar100@384"``: ``keras_vit.checkpoints.augreg``), a timm
+            ``.safetensors``/``.pth``/``.bin`` state dict, or a transformers ViT folder.
         format: ``"official"``, ``"timm"`` or ``"transformers"``; inferred when None.
         image_size: build at this resolution; the position embeddings are resized as the
             official fine-tuning code does (2-D bilinear, aligned corners, class row kept).

@@ -13,7 +13,7 @@ import zipfile
 
 import numpy as np
 
-from keras_vit.checkpoints import resnet
+from keras_vit.checkpoints import augreg, resnet
 from keras_vit.checkpoints.base import (
     Entry,
     assign,
@@ -46,7 +46,11 @@ _LINEN_BLOCK_NAMES = {
 
 
 def resolve(path):
-    """A local file path for ``path``: a file, a URL, or a published name (downloaded)."""
+    """A local file path for ``path``: a file, a URL, or a published name (downloaded).
+
+    AugReg short names (``"augreg/ViT-B/16"``, ``"augreg/ViT-B/16:cifar100@384"``) are looked
+    up in the AugReg index first (``keras_vit.checkpoints.augreg``).
+    """
     path = os.fspath(path)
     if os.path.exists(path):
         return path
@@ -57,6 +61,8 @@ def resolve(path):
         url = "https://storage.googleapis.com/" + path[len("gs://"):]
     else:
         name = path[:-4] if path.endswith(".npz") else path
+        if augreg.is_short_name(name):
+            name = augreg.checkpoint_name(name)
         if _VIT_PUBLISHED.fullmatch(name):
             url = VIT_URL.format(name=name)
         elif _BIT_PUBLISHED.fullmatch(name):
@@ -64,7 +70,7 @@ def resolve(path):
     if url is None:
         raise FileNotFoundError(
             f"No checkpoint file at {path!r}. Pass the path of an official .npz file, a URL, or a "
-            "published name such as 'imagenet21k/ViT-B_16' or 'BiT-M-R50x1'."
+            "published name such as 'imagenet21k/ViT-B_16', 'augreg/ViT-B/16' or 'BiT-M-R50x1'."
         )
     from keras_vit.downloads import check_zip, download
 
@@ -256,7 +262,8 @@ def load_checkpoint(path, *, image_size=None, num_classes=None, drop_pre_logits=
 
     Args:
         path: a local ``.npz``, a URL, or a published name (``"imagenet21k/ViT-B_16"``,
-            ``"BiT-M-R50x1"``), downloaded with ``keras.utils.get_file``.
+            ``"BiT-M-R50x1"``; AugReg short names such as ``"augreg/ViT-B/16"``, see
+            ``keras_vit.checkpoints.augreg``), downloaded with ``keras.utils.get_file``.
         image_size: build at this resolution; the position embeddings are resized as the
             official fine-tuning code does (2-D bilinear, aligned corners, class row kept).
         num_classes: a head of this size. If it differs from the file's, the head is replaced by a
