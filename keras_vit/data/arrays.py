@@ -88,13 +88,13 @@ class Batches(keras.utils.PyDataset):
 
     def __init__(self, examples, *, batch_size, image_size, num_classes, training,
                  augmentation="resize_crop", resize_size=None, flip=True, channels=None,
-                 mixup_alpha=0.0, repeat=False, seed=0, pad_to=1):
+                 evaluation="resize", mixup_alpha=0.0, repeat=False, seed=0, pad_to=1):
         super().__init__()
         self.examples, self.batch_size = examples, int(batch_size)
         self.preprocess = dict(image_size=image_size, training=training, flip=flip,
                                augmentation=augmentation, resize_size=resize_size,
-                               channels=channels)
-        preprocessing.check_augmentation(augmentation, image_size, resize_size)
+                               channels=channels, evaluation=evaluation)
+        preprocessing.check_augmentation(augmentation, image_size, resize_size, evaluation)
         self.num_classes, self.training = int(num_classes), bool(training)
         self.mixup_alpha, self.repeat, self.seed = float(mixup_alpha), bool(repeat), int(seed)
         self.pad_to = int(pad_to)

@@ -123,8 +123,8 @@ def take_per_class(examples, examples_per_class, num_classes, *, seed=0):
 
 
 def pipeline(examples, *, batch_size, image_size, num_classes, training, augmentation="resize_crop",
-             resize_size=None, flip=True, channels=None, mixup_alpha=0.0, repeat=False,
-             cache=False, seed=0, replicas=None, **tf_options):
+             resize_size=None, flip=True, channels=None, evaluation="resize", mixup_alpha=0.0,
+             repeat=False, cache=False, seed=0, replicas=None, **tf_options):
     """Batches of preprocessed images and one-hot labels from raw examples.
 
     ``Examples`` give a ``keras.utils.PyDataset`` of numpy batches (``arrays.Batches``), a
@@ -136,10 +136,13 @@ def pipeline(examples, *, batch_size, image_size, num_classes, training, augment
         image_size: output side (crop size).
         num_classes: size of the one-hot labels.
         training: shuffle, augment (``augmentation``, ``flip``), drop the last partial batch,
-            optional ``mixup_alpha``. Otherwise: resize only, keep every example, in order; on
+            optional ``mixup_alpha``. Otherwise: the ``evaluation`` pipeline only, every
+            example kept, in order (vit_jax's own evaluation drops the last partial batch); on
             several replicas the last batch is padded with weight-0 blanks to divide evenly
             (batches are then ``(images, labels, sample_weights)``).
-        augmentation, resize_size, flip, channels: see ``keras_vit.data.preprocessing.preprocess``.
+        augmentation, resize_size, flip, channels, evaluation: see
+            ``keras_vit.data.preprocessing.preprocess``; ``evaluation="central_crop"`` with
+            ``resize_size=448, image_size=384`` is the AugReg (big_vision) evaluation.
         mixup_alpha: BiT mixup when > 0 (training only).
         repeat: repeat forever (step-based training).
         cache: cache the raw examples in memory (tf.data; in-memory examples are in memory).
@@ -157,8 +160,8 @@ def pipeline(examples, *, batch_size, image_size, num_classes, training, augment
     check_batch_size(batch_size, replicas)
     options = dict(batch_size=batch_size, image_size=image_size, num_classes=num_classes,
                    training=training, augmentation=augmentation, resize_size=resize_size,
-                   flip=flip, channels=channels, mixup_alpha=mixup_alpha, repeat=repeat,
-                   seed=seed, pad_to=replicas)
+                   flip=flip, channels=channels, evaluation=evaluation, mixup_alpha=mixup_alpha,
+                   repeat=repeat, seed=seed, pad_to=replicas)
     if isinstance(examples, Examples):
         if tf_options:
             raise TypeError(f"Unexpected options for in-memory examples: {sorted(tf_options)}.")
@@ -198,7 +201,8 @@ def load(name, split="train", *, batch_size, image_size=None, training=None, dat
         data_dir: Fashion-MNIST folder or tfds data directory.
         max_examples: use only the first examples (quick runs).
         examples_per_class: a seeded k-shot subset of the split.
-        **pipeline_args: passed to ``pipeline`` (augmentation, mixup_alpha, channels, repeat...).
+        **pipeline_args: passed to ``pipeline`` (augmentation, evaluation, resize_size,
+            mixup_alpha, channels, repeat...).
 
     Example:
     >>> ds = load("digits", "test", batch_size=8, image_size=16)

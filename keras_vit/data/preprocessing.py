@@ -4,8 +4,16 @@
   image, aspect ratio 3/4-4/3, as ``tf.image.sample_distorted_bounding_box`` draws it) resized to
   the crop size, or a square resize followed by a random crop (BiT, big_vision
   ``resize|random_crop``); then a random horizontal flip.
-- eval: a plain bilinear resize to the crop size (no centre crop).
-- values: ``(x - 127.5) / 127.5``, i.e. [-1, 1].
+- eval, two official pipelines (``evaluation=``):
+
+  - ``"resize"`` (vit_jax ``input_pipeline``): a plain bilinear resize to the crop size;
+    values ``(x - 127.5) / 127.5``.
+  - ``"central_crop"`` (big_vision ``resize_small(resize_size)|central_crop(image_size)|
+    value_range(-1, 1)``, the AugReg transfers' 448 -> 384): the short side resized to
+    ``resize_size`` with TensorFlow's "area" method (``tf.image.resize(method="area")``, which
+    has no antialias option), the result clipped and truncated back to uint8 as big_vision
+    does, then the centre ``image_size`` square; values ``x / 255 * 2 - 1``.
+
 - BiT's resolution rule: images smaller than 96x96 are resized to 160 and cropped to 128, larger
   ones to 512 / 480.
 - mixup (BiT): one Beta(alpha, alpha) sample per batch, every image mixed with the reversed batch.
@@ -14,9 +22,11 @@ For tiny images (Fashion-MNIST's 28x28) a random translation suits better than a
 rescales: ``pad_crop`` zero-pads to ``resize_size`` and crops back (the classic CIFAR
 augmentation); it is not part of the official recipes.
 
-The resize is TensorFlow's ``tf.image.resize(method="bilinear", antialias=False)`` (half-pixel
-centres), so these arrays equal the tf.data pipeline's (``keras_vit.data.tfdata``) to float
-rounding. Functions take one image (H, W, C) or a batch (N, H, W, C) and a
+The bilinear resize is TensorFlow's ``tf.image.resize(method="bilinear", antialias=False)``
+(half-pixel centres) and the area resize TensorFlow's "area" kernel, both in float32 operation
+for operation, so these arrays equal the tf.data pipeline's (``keras_vit.data.tfdata``) and the
+official pipelines' to the last bit (``docs/training.md``, "The official evaluation
+pipelines"). Functions take one image (H, W, C) or a batch (N, H, W, C) and a
 ``numpy.random.Generator`` for the random parts.
 """
 
@@ -24,6 +34,7 @@ import numpy as np
 
 CROPS = ("inception_crop", "resize_crop", "pad_crop")
 TRAIN_AUGMENTATIONS = (*CROPS, "resize")
+EVALUATIONS = ("resize", "central_crop")  # vit_jax's, big_vision's (AugReg)
 PER_IMAGE = ("inception_crop",)  # crops of a size drawn per image: no batch form
 
 
@@ -37,6 +48,17 @@ def to_unit_range(images):
     return (np.asarray(images, np.float32) - np.float32(127.5)) / np.float32(127.5)
 
 
+def to_unit_range_big_vision(images):
+    """big_vision's ``value_range(-1, 1)``: ``x / 255 * 2 - 1`` in float32 (it can differ from
+    ``to_unit_range`` in the last bit).
+
+    Example:
+    >>> to_unit_range_big_vision(np.array([0, 255], np.uint8)).tolist()
+    [-1.0, 1.0]
+    """
+    return np.asarray(images, np.float32) / np.float32(255) * np.float32(2) - np.float32(1)
+
+
 def bit_resolution(height, width):
     """BiT's rule (bit_hyperrule): ``(resize, crop)`` is (160, 128) below 96x96, else (512, 480).
 
@@ -48,16 +70,19 @@ def bit_resolution(height, width):
 
 
 def _axis_weights(size_in, size_out):
-    """Source indices and weights of a half-pixel-centre bilinear resize along one axis."""
-    centre = (np.arange(size_out, dtype=np.float64) + 0.5) * (size_in / size_out) - 0.5
-    centre = np.clip(centre, 0.0, size_in - 1)
-    low = np.floor(centre).astype(np.int64)
-    high = np.minimum(low + 1, size_in - 1)
-    return low, high, (centre - low).astype(np.float32)
+    """Source indices and weights of a half-pixel-centre bilinear resize along one axis, in
+    float32 as TensorFlow's kernel computes them (so that the results agree to the last bit)."""
+    scale = np.float32(size_in) / np.float32(size_out)
+    centre = (np.arange(size_out, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5)
+    floor = np.floor(centre)
+    low = np.maximum(floor, 0).astype(np.int64)
+    high = np.minimum(np.ceil(centre), size_in - 1).astype(np.int64)
+    return low, high, centre - floor
 
 
 def resize(images, size):
-    """Bilinear resize of (H, W, C) or (N, H, W, C) to ``size`` x ``size``, float32.
+    """Bilinear resize of (H, W, C) or (N, H, W, C) to ``size`` x ``size``, float32, in the
+    order of TensorFlow's kernel: along the upper and the lower source row, then between them.
 
     Example:
     >>> resize(np.arange(4, dtype=np.float32).reshape(2, 2, 1), 4)[..., 0].tolist()[0]
@@ -67,11 +92,84 @@ def resize(images, size):
     height, width = images.shape[-3], images.shape[-2]
     if (height, width) == (size, size):
         return images
-    low, high, weight = _axis_weights(height, size)
-    rows = images[..., low, :, :] * (1 - weight)[:, None, None] \
-        + images[..., high, :, :] * weight[:, None, None]
     low, high, weight = _axis_weights(width, size)
-    return rows[..., low, :] * (1 - weight)[:, None] + rows[..., high, :] * weight[:, None]
+
+    def along_row(rows):
+        left, right = rows[..., low, :], rows[..., high, :]
+        return left + (right - left) * weight[:, None]
+
+    low_row, high_row, row_weight = _axis_weights(height, size)
+    upper, lower = along_row(images[..., low_row, :, :]), along_row(images[..., high_row, :, :])
+    return upper + (lower - upper) * row_weight[:, None, None]
+
+
+def _area_weights(size_in, size_out):
+    """Source indices (N, K) and float32 weights of TensorFlow's area resize along one axis:
+    output cell ``i`` covers ``[i * scale, (i + 1) * scale)`` of the input, each input cell
+    weighted by its overlap (a weight-0 index pads rows with fewer cells)."""
+    scale = np.float32(size_in) / np.float32(size_out)
+    start = np.arange(size_out, dtype=np.float32) * scale
+    end = np.arange(1, size_out + 1, dtype=np.float32) * scale
+    first, last = np.floor(start).astype(np.int64), np.ceil(end).astype(np.int64)
+    cells = first[:, None] + np.arange((last - first).max())  # (N, K)
+    after = (cells + 1).astype(np.float32)
+    weight = np.where(cells < start[:, None],
+                      np.where(after > end[:, None], scale, after - start[:, None]),
+                      np.where(after > end[:, None], end[:, None] - cells.astype(np.float32),
+                               np.float32(1)))
+    weight = np.where(cells < last[:, None], weight, 0).astype(np.float32)
+    return np.clip(cells, 0, size_in - 1), weight, scale
+
+
+def resize_area(images, height, width):
+    """TensorFlow's area resize (``tf.image.resize(method="area")``) of (H, W, C) or
+    (N, H, W, C) to ``height`` x ``width``, float32, summed in TensorFlow's order so that the
+    result is the same to the last bit: per output pixel, along each source row the weighted
+    columns, then the rows weighted, then the product times ``1 / (scale_y * scale_x)``."""
+    images = np.asarray(images, np.float32)
+    rows, row_weight, scale_y = _area_weights(images.shape[-3], height)
+    columns, column_weight, scale_x = _area_weights(images.shape[-2], width)
+    total = None
+    for k in range(rows.shape[1]):
+        source = images[..., rows[:, k], :, :]  # (..., height, W, C)
+        across = None
+        for j in range(columns.shape[1]):
+            term = source[..., columns[:, j], :] * column_weight[:, j, None]
+            across = term if across is None else across + term
+        term = across * row_weight[:, k, None, None]
+        total = term if total is None else total + term
+    return total * np.float32(1.0 / np.float64(scale_y * scale_x))
+
+
+def resize_small(images, size):
+    """big_vision's ``resize_small(size)``: the short side to ``size`` (the long one scaled and
+    rounded in float32), TensorFlow's area resize, then clipped and truncated back to uint8.
+
+    Example:
+    >>> resize_small(np.zeros((30, 45, 3), np.uint8), 20).shape
+    (20, 30, 3)
+    """
+    images = np.asarray(images)
+    height, width = images.shape[-3], images.shape[-2]
+    factor = np.float32(size) / np.float32(min(height, width))
+    new = [int(np.round(np.float32(side) * factor)) for side in (height, width)]
+    resized = resize_area(images, *new)
+    if np.issubdtype(images.dtype, np.integer):  # big_vision casts back to the input type
+        limits = np.iinfo(images.dtype)
+        resized = np.clip(resized, limits.min, limits.max).astype(images.dtype)
+    return resized
+
+
+def central_crop(images, size):
+    """The centre ``size`` x ``size`` window (big_vision's ``central_crop``: offsets rounded down).
+
+    Example:
+    >>> central_crop(np.arange(25).reshape(5, 5, 1), 2)[..., 0].tolist()
+    [[6, 7], [11, 12]]
+    """
+    top = (images.shape[-3] - size) // 2
+    left = (images.shape[-2] - size) // 2
+    return images[..., top:top + size, left:left + size, :]
 
 
 def random_crop(images, size, rng):
@@ -137,34 +235,64 @@ def per_image(training, augmentation):
     return bool(training) and augmentation in PER_IMAGE
 
 
-def check_augmentation(augmentation, image_size, resize_size):
+def check_augmentation(augmentation, image_size, resize_size, evaluation="resize"):
     """The ``resize_size`` a crop uses (default ``image_size * 8 / 7``), or a ValueError."""
     if augmentation not in TRAIN_AUGMENTATIONS:
         raise ValueError(
             f"Unknown augmentation {augmentation!r}; use one of {TRAIN_AUGMENTATIONS}."
         )
+    if evaluation not in EVALUATIONS:
+        raise ValueError(f"Unknown evaluation {evaluation!r}; use one of {EVALUATIONS} (vit_jax's "
+                         "plain resize, big_vision's short-side resize and centre crop).")
     if resize_size is None:
         resize_size = int(round(image_size * 8 / 7))
-    if augmentation in ("resize_crop", "pad_crop") and resize_size < image_size:
+    if (augmentation in ("resize_crop", "pad_crop") or evaluation == "central_crop") \
+            and resize_size < image_size:
         raise ValueError(
             f"resize_size ({resize_size}) must be at least the crop size ({image_size})."
         )
     return resize_size
 
 
+def evaluation_preprocess(images, image_size, evaluation, resize_size):
+    """uint8 (N, H, W, C) -> float32 in [-1, 1], by one of the official evaluation pipelines
+    (``EVALUATIONS``, see the module docstring)."""
+    if evaluation == "central_crop":
+        return to_unit_range_big_vision(
+            central_crop(resize_small(images, resize_size), image_size))
+    return to_unit_range(resize(images, image_size))
+
+
+def augment(images, image_size, augmentation, resize_size, flip, rng):
+    """The random training crop (``augmentation``) and flip of a uint8 batch (N, H, W, C)."""
+    if augmentation == "inception_crop":
+        images = np.stack([inception_crop(image, image_size, rng) for image in images])
+    elif augmentation == "resize_crop":
+        images = random_crop(resize(images, resize_size), image_size, rng)
+    elif augmentation == "pad_crop":
+        images = pad_random_crop(images, resize_size, image_size, rng)
+    else:
+        images = resize(images, image_size)
+    return random_flip(images, rng) if flip else images
+
+
 def preprocess(images, *, image_size, training, augmentation="inception_crop", resize_size=None,
-               flip=True, channels=None, rng=None):
+               flip=True, channels=None, evaluation="resize", rng=None):
     """uint8 images (N, H, W, C) or one (H, W[, C]) -> float32 in [-1, 1] at ``image_size``.
 
     Args:
         image_size: output side (the crop size).
-        training: random augmentation when True, a plain resize when False.
+        training: random augmentation when True, the ``evaluation`` pipeline when False.
         augmentation: ``"inception_crop"``, ``"resize_crop"`` (resize to ``resize_size`` then a
             random crop), ``"pad_crop"`` (zero-pad to ``resize_size`` then a random crop) or
             ``"resize"`` (no crop).
-        resize_size: side before the random crop; None uses ``image_size * 8 / 7`` (32 for 28).
+        resize_size: side before the random crop, or (``evaluation="central_crop"``) the short
+            side before the centre crop; None uses ``image_size * 8 / 7`` (32 for 28, 256 for
+            224; the AugReg transfers use 448 for 384).
         flip: random horizontal flip when training.
         channels: convert to this many channels (1 or 3); None keeps the image's.
+        evaluation: ``"resize"`` (vit_jax: bilinear resize to ``image_size``) or
+            ``"central_crop"`` (big_vision / AugReg: short side to ``resize_size``, centre crop).
         rng: a ``numpy.random.Generator`` (default: a fresh unseeded one).
 
     Example:
@@ -172,8 +300,11 @@ def preprocess(images, *, image_size, training, augmentation="inception_crop", r
     >>> out = preprocess(image, image_size=32, training=False, channels=3)
     >>> out.shape, float(out.min())
     ((32, 32, 3), 1.0)
+    >>> preprocess(np.zeros((300, 451, 3), np.uint8), image_size=384, resize_size=448,
+    ...            training=False, evaluation="central_crop").shape
+    (384, 384, 3)
     """
-    resize_size = check_augmentation(augmentation, image_size, resize_size)
+    resize_size = check_augmentation(augmentation, image_size, resize_size, evaluation)
     rng = np.random.default_rng() if rng is None else rng
     images = np.asarray(images)
     single = images.ndim <= 3
@@ -181,17 +312,11 @@ def preprocess(images, *, image_size, training, augmentation="inception_crop", r
         images = images[..., None]
     if single:
         images = images[None]
-    if training and augmentation == "inception_crop":
-        images = np.stack([inception_crop(image, image_size, rng) for image in images])
-    elif training and augmentation == "resize_crop":
-        images = random_crop(resize(images, resize_size), image_size, rng)
-    elif training and augmentation == "pad_crop":
-        images = pad_random_crop(images, resize_size, image_size, rng)
+    if training:
+        images = to_unit_range(augment(images, image_size, augmentation, resize_size, flip, rng))
     else:
-        images = resize(images, image_size)
-    if training and flip:
-        images = random_flip(images, rng)
-    images = convert_channels(to_unit_range(images), channels)
+        images = evaluation_preprocess(images, image_size, evaluation, resize_size)
+    images = convert_channels(images, channels)
     return images[0] if single else images
 
 

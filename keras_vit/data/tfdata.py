@@ -4,7 +4,8 @@ goes through ``keras_vit.data.arrays`` and needs no TensorFlow.
 
 The preprocessing is that of ``keras_vit.data.preprocessing`` (see there), written with
 ``tf.image`` so that it runs inside ``Dataset.map``; the Inception crop is
-``tf.image.sample_distorted_bounding_box`` itself.
+``tf.image.sample_distorted_bounding_box`` itself, and the two evaluation pipelines are the ops
+of vit_jax's ``input_pipeline`` and big_vision's ``resize_small|central_crop|value_range``.
 """
 
 try:
@@ -33,6 +34,40 @@ def to_unit_range(images):
 def resize(image, size):
     """Bilinear resize to ``size`` x ``size``, no antialiasing (``tf.image.resize``), float32."""
     return tf.image.resize(image, (size, size), method="bilinear", antialias=False)
+
+
+def to_unit_range_big_vision(images):
+    """big_vision's ``value_range(-1, 1)``: ``x / 255 * 2 - 1`` in float32."""
+    return tf.cast(images, tf.float32) / 255.0 * 2.0 - 1.0
+
+
+def resize_small(image, size):
+    """big_vision's ``resize_small(size)`` of (H, W, C) or (N, H, W, C): the short side to
+    ``size`` with the "area" method, clipped and cast back to the input type (uint8 truncates)."""
+    shape = tf.shape(image)[-3:-1]
+    factor = tf.cast(size, tf.float32) / tf.cast(tf.reduce_min(shape), tf.float32)
+    new_shape = tf.cast(tf.round(tf.cast(shape, tf.float32) * factor), tf.int32)
+    resized = tf.image.resize(image, new_shape, method="area")
+    if not image.dtype.is_integer:
+        return resized
+    return tf.cast(tf.clip_by_value(resized, image.dtype.min, image.dtype.max), image.dtype)
+
+
+def central_crop(image, size):
+    """The centre ``size`` x ``size`` window (offsets rounded down), as big_vision's."""
+    shape = tf.shape(image)
+    top, left = (shape[-3] - size) // 2, (shape[-2] - size) // 2
+    return tf.image.crop_to_bounding_box(image, top, left, size, size)
+
+
+def evaluation_preprocess(image, image_size, evaluation, resize_size):
+    """uint8 image(s) -> float32 in [-1, 1] by one of the official evaluation pipelines
+    (``keras_vit.data.preprocessing.EVALUATIONS``)."""
+    if evaluation == "central_crop":
+        return to_unit_range_big_vision(central_crop(resize_small(image, resize_size), image_size))
+    if image.shape[-3] != image_size or image.shape[-2] != image_size:
+        image = resize(image, image_size)
+    return to_unit_range(image)
 
 
 def inception_crop(image, size, area_range=(0.05, 1.0), seed=None):
@@ -89,8 +124,20 @@ def convert_channels(image, channels):
     raise ValueError(f"Cannot convert images with {have} channels to {channels} channels.")
 
 
+def augment(image, image_size, augmentation, resize_size, flip, seed):
+    """The random training crop (``augmentation``) and flip."""
+    if augmentation == "inception_crop":
+        image = inception_crop(image, image_size, seed=seed)
+    elif augmentation in ("resize_crop", "pad_crop"):
+        crop = resize_random_crop if augmentation == "resize_crop" else pad_random_crop
+        image = crop(image, resize_size, image_size, seed=seed)
+    elif image.shape[-3] != image_size or image.shape[-2] != image_size:
+        image = resize(image, image_size)
+    return tf.image.random_flip_left_right(image, seed=seed) if flip else image
+
+
 def preprocess(image, *, image_size, training, augmentation="inception_crop", resize_size=None,
-               flip=True, channels=None, seed=None):
+               flip=True, channels=None, evaluation="resize", seed=None):
     """One uint8 (H, W, C) image -> float32 (image_size, image_size, channels) in [-1, 1].
 
     Except for the Inception crop, a batch (N, H, W, C) works too, each image cropped and flipped
@@ -98,13 +145,16 @@ def preprocess(image, *, image_size, training, augmentation="inception_crop", re
 
     Args:
         image_size: output side (the crop size).
-        training: random augmentation when True, a plain resize when False.
+        training: random augmentation when True, the ``evaluation`` pipeline when False.
         augmentation: ``"inception_crop"``, ``"resize_crop"`` (resize to ``resize_size`` then a
             random crop), ``"pad_crop"`` (zero-pad to ``resize_size`` then a random crop) or
             ``"resize"`` (no crop).
-        resize_size: side before the random crop; None uses ``image_size * 8 / 7`` (32 for 28).
+        resize_size: side before the random crop, or (``evaluation="central_crop"``) the short
+            side before the centre crop; None uses ``image_size * 8 / 7`` (32 for 28).
         flip: random horizontal flip when training.
         channels: convert to this many channels (1 or 3); None keeps the image's.
+        evaluation: ``"resize"`` (vit_jax) or ``"central_crop"`` (big_vision / AugReg), see
+            ``keras_vit.data.preprocessing.preprocess``.
 
     Example:
     >>> import numpy as np
@@ -113,23 +163,18 @@ def preprocess(image, *, image_size, training, augmentation="inception_crop", re
     >>> out.shape, float(out.numpy().min())
     (TensorShape([32, 32, 3]), 1.0)
     """
-    resize_size = check_augmentation(augmentation, image_size, resize_size)
+    resize_size = check_augmentation(augmentation, image_size, resize_size, evaluation)
     image = tf.convert_to_tensor(image)
     if image.shape.rank == 2:
         image = image[..., None]
     if image.shape.rank == 4 and per_image(training, augmentation):
         raise ValueError(f"The {augmentation!r} crop takes one (H, W, C) image at a time, got a "
                          f"batch of shape {image.shape}; map preprocess over the examples.")
-    if training and augmentation == "inception_crop":
-        image = inception_crop(image, image_size, seed=seed)
-    elif training and augmentation in ("resize_crop", "pad_crop"):
-        crop = resize_random_crop if augmentation == "resize_crop" else pad_random_crop
-        image = crop(image, resize_size, image_size, seed=seed)
-    elif image.shape[-3] != image_size or image.shape[-2] != image_size:
-        image = resize(image, image_size)
-    if training and flip:
-        image = tf.image.random_flip_left_right(image, seed=seed)
-    return convert_channels(to_unit_range(image), channels)
+    if training:
+        image = to_unit_range(augment(image, image_size, augmentation, resize_size, flip, seed))
+    else:
+        image = evaluation_preprocess(image, image_size, evaluation, resize_size)
+    return convert_channels(image, channels)
 
 
 def mixup(images, labels, alpha, seed=None):
@@ -186,8 +231,8 @@ def take_per_class(examples, examples_per_class, num_classes, *, seed=0, buffer_
 
 
 def pipeline(examples, *, batch_size, image_size, num_classes, training, augmentation="resize_crop",
-             resize_size=None, flip=True, channels=None, mixup_alpha=0.0, shuffle_buffer=10_000,
-             repeat=False, cache=False, seed=0, pad_to=1):
+             resize_size=None, flip=True, channels=None, evaluation="resize", mixup_alpha=0.0,
+             shuffle_buffer=10_000, repeat=False, cache=False, seed=0, pad_to=1):
     """``keras_vit.data.pipeline`` for a ``tf.data.Dataset`` of raw examples (same arguments)."""
     if cache:
         examples = examples.cache()
@@ -199,7 +244,7 @@ def pipeline(examples, *, batch_size, image_size, num_classes, training, augment
     def prepare(image, label):
         image = preprocess(image, image_size=image_size, training=training,
                            augmentation=augmentation, resize_size=resize_size, flip=flip,
-                           channels=channels)
+                           channels=channels, evaluation=evaluation)
         return image, tf.one_hot(label, num_classes, dtype=tf.float32)
 
     same_size = examples.element_spec[0].shape.is_fully_defined()
