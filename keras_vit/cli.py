@@ -22,6 +22,7 @@ import json
 import sys
 
 from keras_vit.training.configs import COMMANDS, value_type
+from keras_vit.training.published import recipe
 
 
 def _add_option(parser, groups, field):
@@ -52,12 +53,27 @@ def build_parser():
     parser = argparse.ArgumentParser(
         prog="keras-vit", description="Train, fine-tune and evaluate Vision Transformers.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.commands = {}
     for name, config in COMMANDS.items():
         command = commands.add_parser(name, help=" ".join(config.__doc__.split()))
+        parser.commands[name] = command
         groups = {}
         for field in dataclasses.fields(config):
             _add_option(command, groups, field)
     return parser
+
+
+def _parse(parser, argv):
+    """The arguments; a ``--recipe`` becomes the defaults that the other flags override."""
+    args = parser.parse_args(argv)
+    if getattr(args, "recipe", None) is not None:
+        try:
+            options = recipe(args.recipe).options()
+        except ValueError as error:
+            parser.commands[args.command].error(str(error))
+        parser.commands[args.command].set_defaults(**options)
+        args = parser.parse_args(argv)
+    return args
 
 
 def _print_result(result):
@@ -68,14 +84,16 @@ def _print_result(result):
         for shots, values in result["fewshot"].items():
             print(f"{shots}-shot linear accuracy: {values['mean']:.4f} +- {values['std']:.4f}")
     elif result.get("test_accuracy") is not None:
-        print(f"test accuracy: {result['test_accuracy']:.4f}")
+        published = result.get("published_accuracy")
+        beside = f" (published: {published:.4f}, {result['recipe']})" if published else ""
+        print(f"test accuracy: {result['test_accuracy']:.4f}{beside}")
     print(f"wall time: {result['wall_time_s']:.1f} s; results in {result['output']}")
 
 
 def main(argv=None):
     """Entry point of the ``keras-vit`` console script."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     if args.command is None:
         parser.print_help()
         return 2

@@ -23,6 +23,7 @@ import types
 import typing
 
 from keras_vit.data.preprocessing import TRAIN_AUGMENTATIONS
+from keras_vit.training.published import RECIPES, recipe
 from keras_vit.training.schedules import DECAYS
 
 # Help texts are argparse's: "%(default)s" is the flag's default, "%%" a percent sign.
@@ -193,19 +194,42 @@ class TrainConfig(OutputOptions, PretrainingOptions, ModelOptions, AugmentationO
 
 @dataclasses.dataclass(kw_only=True)
 class FinetuneConfig(OutputOptions, OptimizerOptions, AugmentationOptions):
-    """fine-tune a saved model (SGD, new head, optionally at a higher resolution)"""
+    """fine-tune a saved model (the official SGD step, new head, optionally at a higher
+    resolution), or run a published fine-tune by name (--recipe)"""
 
     command: typing.ClassVar[str] = "finetune"
-    checkpoint: str = option(dataclasses.MISSING, CHECKPOINT_HELP, positional=True)
+    checkpoint: str | None = option(None, CHECKPOINT_HELP + " (default: the recipe's)",
+                                    positional=True, nargs="?")
+    recipe: str | None = option(
+        None, "a published fine-tune that sets the checkpoint, data, resolution, batch, "
+        "accumulation, steps and schedule; other flags override it: "
+        f"{', '.join(RECIPES)}", group="recipe", metavar="NAME")
     dataset: str = option("digits", DATASET_HELP, group="data")
+    train_split: str = option("train", "training split (tfds split strings too: 'train[:98%%]')",
+                              group="data")
+    test_split: str = option("test", "evaluation split", group="data")
     augmentation: str = option("resize_crop", CROP_HELP, group="data",
                                choices=TRAIN_AUGMENTATIONS)
     examples_per_class: int | None = option(None, "a k-shot training subset", group="data")
+    accumulation: int = option(1, "gradient accumulation: micro-batches of batch-size / N "
+                               "averaged into one update (official accum_steps)",
+                               group="optimization", metavar="N")
     learning_rate: float = option(0.01, group="optimization")
-    steps: int = option(500, group="optimization")
-    eval_every: int = option(50, "steps per 'epoch'", group="optimization")
+    steps: int = option(500, "updates", group="optimization")
+    eval_every: int = option(50, "updates per 'epoch'", group="optimization")
+    clipnorm: float = option(1.0, "global gradient norm", group="optimization")
+    momentum_dtype: str = option("bfloat16", "dtype of the stored momentum (official: "
+                                 "bfloat16)", group="optimization",
+                                 choices=("bfloat16", "float32"))
     use_ema: bool = option(False, "Polyak averaging", group="optimization")
     ema_momentum: float = option(0.999, group="optimization")
+
+    @classmethod
+    def from_dict(cls, values):
+        """As ``Config.from_dict``; a ``recipe`` fills in its settings under ``values``."""
+        if values.get("recipe") is not None:
+            values = {**recipe(values["recipe"]).options(), **values}
+        return super().from_dict(values)
 
 
 @dataclasses.dataclass(kw_only=True)

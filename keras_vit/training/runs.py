@@ -19,6 +19,7 @@ from keras_vit.distribution import check_batch_size
 from keras_vit.models.registry import create_model
 from keras_vit.training import configs, run_files
 from keras_vit.training.configs import DEFAULT_MODEL, DEFAULT_OVERRIDES
+from keras_vit.training.published import recipe
 from keras_vit.training.recipes import (
     classification_loss,
     finetuning_optimizer,
@@ -286,41 +287,74 @@ def train(config):
     return run.finish(model, metrics, log, title=f"{model_name} on {run.info.name}")
 
 
-def finetune(config):
-    """Fine-tune a saved model (SGD momentum, warmup + cosine, zero-init head, new resolution).
+def _micro_batch(config):
+    """The micro-batch of a fine-tuning run: the global batch over the accumulation, which the
+    devices must divide too."""
+    batch, accumulation = config.batch_size, config.accumulation
+    if accumulation < 1 or batch % accumulation:
+        raise ValueError(
+            f"--batch-size {batch} is not divisible by --accumulation {accumulation}: every "
+            "update averages that many equal micro-batches. Use an accumulation that divides "
+            f"the batch (e.g. {max(d for d in range(1, accumulation + 1) if batch % d == 0)}) "
+            "or a batch that is a multiple of it.")
+    micro = batch // accumulation
+    try:
+        check_batch_size(micro)
+    except ValueError as error:
+        raise ValueError(f"The micro-batch {micro} (--batch-size {batch} / --accumulation "
+                         f"{accumulation}) does not split over the devices: {error}") from None
+    return micro
 
-    ``config``: a ``FinetuneConfig`` or a dict of its fields.
+
+def finetune(config):
+    """Fine-tune a saved model with the official step (SGD with a momentum trace, gradient
+    accumulation, warmup + decay, zero-init head, new resolution), or a published recipe.
+
+    ``config``: a ``FinetuneConfig`` or a dict of its fields (``{"recipe": name}`` runs a
+    published fine-tune, ``keras_vit.training.published``).
     """
     config = configs.FinetuneConfig.coerce(config)
-    run = _begin(config)
-    pretrained = load_model_file(config.checkpoint)
-    image_size = config.image_size or pretrained.input_shape[1]
-    model = prepare_finetuning(pretrained, run.info.num_classes, image_size=image_size)
+    if config.checkpoint is None:
+        raise ValueError("Say what to fine-tune: a checkpoint (keras-vit finetune FILE) or a "
+                         "published recipe (--recipe NAME).")
     steps, every = config.steps, config.eval_every
     if steps < 1 or every < 1 or steps % every:
         raise ValueError(
             f"--steps ({steps}) must be a positive multiple of --eval-every ({every}).")
-    train_ds = data.load(run.info.name, "train", batch_size=config.batch_size,
+    run = _begin(config)
+    micro = _micro_batch(config)
+    pretrained = load_model_file(config.checkpoint)
+    image_size = config.image_size or pretrained.input_shape[1]
+    model = prepare_finetuning(pretrained, run.info.num_classes, image_size=image_size)
+    train_ds = data.load(run.info.name, config.train_split, training=True, batch_size=micro,
                          image_size=image_size, data_dir=config.data_dir,
                          max_examples=config.train_examples,
                          examples_per_class=config.examples_per_class, repeat=True,
                          augmentation=config.augmentation, flip=not config.no_flip,
                          channels=_channels(model), mixup_alpha=config.mixup, seed=config.seed)
-    test_ds = _test_batches(run, model, max(config.batch_size, 256))
+    test_ds = _test_batches(run, model, micro if config.accumulation > 1 else max(micro, 256),
+                            split=config.test_split)
     optimizer = finetuning_optimizer(
         steps, learning_rate=config.learning_rate,
         warmup_steps=_warmup(config.warmup_steps, every, steps), decay=config.decay,
-        use_ema=config.use_ema, ema_momentum=config.ema_momentum)
+        gradient_accumulation_steps=config.accumulation, momentum_dtype=config.momentum_dtype,
+        global_clipnorm=config.clipnorm, use_ema=config.use_ema,
+        ema_momentum=config.ema_momentum)
     _compile(model, optimizer, config.label_smoothing)
     log = run_files.EpochLog(run.run_dir, keep_existing=False)
-    model.fit(train_ds, epochs=steps // every, steps_per_epoch=every, validation_data=test_ds,
-              shuffle=False, callbacks=[log], verbose=config.verbose)
+    model.fit(train_ds, epochs=steps // every, steps_per_epoch=every * config.accumulation,
+              validation_data=test_ds, shuffle=False, callbacks=[log], verbose=config.verbose)
     if optimizer.use_ema:
         # With jax, fit's final swap leaves the averages sharing buffers with the model weights,
         # and the next jitted call frees them; fresh copies keep the optimizer saveable.
         for variable in optimizer.variables:
             variable.assign(keras.ops.convert_to_numpy(variable))
-    metrics = dict(_evaluate(model, test_ds), steps=steps)
+    metrics = dict(_evaluate(model, test_ds), steps=steps, micro_batch=micro,
+                   updates=int(keras.ops.convert_to_numpy(optimizer.iterations)))
+    if config.recipe is not None:
+        published = recipe(config.recipe)
+        metrics.update(recipe=published.name, published_accuracy=published.published_accuracy,
+                       published_source=published.source)
     return run.finish(model, metrics, log, title=f"fine-tuning "
                       f"{os.path.basename(config.checkpoint)} on {run.info.name}")
 

@@ -1,0 +1,89 @@
+"""The published fine-tune recipes: their settings, the command line, and a few steps of each
+through the 127.0.0.1 mirror (tiny files under the published names, tensorflow-datasets mock
+data)."""
+
+import json
+import os
+
+import pytest
+
+from keras_vit import cli
+from keras_vit.training import configs, run_files, runs
+from keras_vit.training.published import RECIPES, recipe
+from tests import mirror
+from tests.conftest import fixture_path
+
+tfds = pytest.importorskip("tensorflow_datasets")
+
+# The official settings, read from vision_transformer c6de1e5 (vit_jax.ipynb, README.md,
+# vit_jax/configs/common.py): (checkpoint, dataset, px, steps, warmup, published).
+OFFICIAL = {
+    "vit_jax-colab-b32-cifar10": ("imagenet21k/ViT-B_32", "cifar10", 224, 100, 5, 0.977),
+    "vit_jax-b16-cifar10-500": ("imagenet21k/ViT-B_16", "cifar10", 384, 500, 50, 0.9859),
+    "vit_jax-b16-cifar10-1000": ("imagenet21k/ViT-B_16", "cifar10", 384, 1000, 100, 0.9886),
+    "vit_jax-b16-cifar100-500": ("imagenet21k/ViT-B_16", "cifar100", 384, 500, 50, 0.8917),
+    "vit_jax-b16-cifar100-1000": ("imagenet21k/ViT-B_16", "cifar100", 384, 1000, 100, 0.9115),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OFFICIAL))
+def test_recipes_are_the_official_configurations(name):
+    r = recipe(name)
+    assert (r.checkpoint, r.dataset, r.image_size, r.steps, r.warmup_steps,
+            r.published_accuracy) == OFFICIAL[name]
+    # common to all: vit_jax/configs/common.py and the Colab
+    assert (r.batch_size, r.accumulation, r.learning_rate, r.decay, r.clipnorm,
+            r.momentum_dtype, r.train_split, r.test_split) == (
+        512, 8, 0.03, "cosine", 1.0, "bfloat16", "train[:98%]", "test")
+    assert sorted(RECIPES) == sorted(OFFICIAL)
+
+
+def test_command_line_recipe_sets_defaults_that_flags_override():
+    parser = cli.build_parser()
+    args = cli._parse(parser, ["finetune", "--recipe", "vit_jax-b16-cifar100-500",
+                               "--steps", "10", "--eval-every", "5"])
+    config = configs.FinetuneConfig(**{k: v for k, v in vars(args).items() if k != "command"})
+    assert (config.checkpoint, config.dataset, config.image_size) == (
+        "imagenet21k/ViT-B_16", "cifar100", 384)
+    assert (config.batch_size, config.accumulation, config.steps, config.eval_every) == (
+        512, 8, 10, 5)
+    from_dict = configs.FinetuneConfig.from_dict(
+        {"recipe": "vit_jax-b16-cifar100-500", "steps": 10, "eval_every": 5})
+    assert from_dict == config
+
+
+def test_unknown_recipe_and_indivisible_batches_are_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["finetune", "--recipe", "vit_jax-b16-cifar10-50"])
+    assert "did you mean 'vit_jax-b16-cifar10-500'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="Unknown fine-tuning recipe"):
+        configs.FinetuneConfig.from_dict({"recipe": "b16"})
+    with pytest.raises(ValueError, match="not divisible by --accumulation 8"):
+        runs.finetune({"recipe": "vit_jax-b16-cifar10-500", "batch_size": 12,
+                       "output": str(tmp_path / "x")})
+    with pytest.raises(ValueError, match="a checkpoint .* or a published recipe"):
+        runs.finetune({"dataset": "digits", "output": str(tmp_path / "y")})
+
+
+@pytest.mark.parametrize("name", sorted(OFFICIAL))
+def test_each_recipe_runs_offline_and_records_the_published_figure(
+        name, download_mirror, tmp_path, capsys):
+    root, _ = download_mirror
+    mirror.put(root, mirror.checkpoint_url(recipe(name).checkpoint),
+               fixture_path("vit_tiny_token_rep16.npz"))
+    out = str(tmp_path / "run")
+    with tfds.testing.mock_data(num_examples=16):
+        code = cli.main(["finetune", "--recipe", name, "--image-size", "32", "--batch-size", "16",
+                         "--steps", "2", "--eval-every", "1", "--warmup-steps", "1",
+                         "--test-examples", "8", "--verbose", "0", "--output", out])
+    assert code == 0
+    published = recipe(name).published_accuracy
+    assert f"(published: {published:.4f}, {name})" in capsys.readouterr().out
+    with open(os.path.join(out, run_files.METRICS)) as f:
+        metrics = json.load(f)
+    assert (metrics["recipe"], metrics["published_accuracy"]) == (name, published)
+    assert (metrics["updates"], metrics["micro_batch"]) == (2, 2)  # 16 / accumulation 8
+    config = metrics["config"]
+    assert (config["accumulation"], config["learning_rate"], config["train_split"]) == (
+        8, 0.03, "train[:98%]")
+    assert config["dataset"] == recipe(name).dataset
