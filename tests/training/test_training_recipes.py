@@ -65,10 +65,37 @@ def test_weight_decay_is_decoupled_and_scaled_by_the_scheduled_lr():
 
 def test_finetuning_optimizer_settings():
     opt = training.finetuning_optimizer(500, warmup_steps=10, use_ema=True, ema_momentum=0.99)
-    assert isinstance(opt, keras.optimizers.SGD)
-    assert opt.momentum == 0.9 and opt.global_clipnorm == 1.0 and not opt.nesterov
+    assert isinstance(opt, training.TraceSGD) and opt.momentum_dtype == "bfloat16"
+    assert opt.momentum == 0.9 and opt.global_clipnorm == 1.0
     assert opt.weight_decay is None and opt.use_ema and opt.ema_momentum == 0.99
+    assert opt.gradient_accumulation_steps is None
     assert isinstance(opt._learning_rate, keras.optimizers.schedules.CosineDecay)
+    keras_form = training.finetuning_optimizer(500, warmup_steps=10, momentum_form="keras",
+                                               gradient_accumulation_steps=4)
+    assert isinstance(keras_form, keras.optimizers.SGD) and not keras_form.nesterov
+    assert keras_form.gradient_accumulation_steps == 4
+    with pytest.raises(ValueError, match="momentum_form"):
+        training.finetuning_optimizer(500, warmup_steps=10, momentum_form="nesterov")
+    with pytest.raises(ValueError, match="gradient_accumulation_steps must be at least 1"):
+        training.finetuning_optimizer(500, warmup_steps=10, gradient_accumulation_steps=0)
+
+
+def test_trace_sgd_round_trips_and_counts_updates_when_accumulating():
+    opt = training.finetuning_optimizer(10, learning_rate=0.1, warmup_steps=2,
+                                        gradient_accumulation_steps=3, global_clipnorm=None)
+    clone = training.TraceSGD.from_config(opt.get_config())
+    assert (clone.momentum_dtype, clone.gradient_accumulation_steps) == ("bfloat16", 3)
+    w = keras.Variable(np.zeros(2, "float32"))
+    rates = []
+    for _ in range(9):  # 3 updates of 3 micro-batches
+        rates.append(float(keras.ops.convert_to_numpy(opt.learning_rate)))
+        opt.apply([keras.ops.ones((2,))], [w])
+    # the schedule reads the update count: warmup 0, 0.05, 0.1, each for all 3 micro-batches
+    np.testing.assert_allclose(rates, [0.0] * 3 + [0.05] * 3 + [0.1] * 3, atol=1e-7)
+    # update 1 at rate 0 moves only the trace; update 2: 0.05 * (1 + 0.9 * 1);
+    # update 3: 0.1 * (1 + 0.8984375 * 1.8984375) with the trace and 0.9 in bfloat16
+    expected = -(0.05 * (1 + 0.8984375) + 0.1 * (1 + 0.8984375 * 1.8984375))
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(w), [expected] * 2, rtol=1e-6)
 
 
 def test_label_smoothing_loss():
