@@ -14,6 +14,12 @@ SavedModel      jax2tf                   native                       not availa
 TFLite          from the SavedModel      from the SavedModel          not available
 =============== ======================== ============================ ==========================
 
+ONNX has no ``Erfc``, the op TensorFlow writes the exact GELU with, and tf2onnx cannot convert
+it: on the tensorflow backend the exact GELU is traced as ``0.5 x (1 + erf(x / sqrt 2))``
+for the ONNX export (``keras_vit.layers.encoder.gelu_through_erf``; equal to float32
+rounding). jax2onnx and torch write ONNX's own ``Gelu``. Every written ONNX graph is checked
+for ops ONNX does not define, so a converter's gap is an error here, not in onnxruntime.
+
 Mixed-precision models are refused: Keras' ONNX export needs a float32 policy, and a float32
 export of a float32 model is what reproduces the logits. Rebuild (``model.get_config()`` with
 ``dtype="float32"``, then ``set_weights``) to export a mixed-precision model.
@@ -22,10 +28,12 @@ export of a float32 model is what reproduces the logits. Rebuild (``model.get_co
 import os
 import shutil
 import tempfile
+from contextlib import nullcontext
 
 import keras
 
 from keras_vit.checkpoints.base import write_atomically
+from keras_vit.layers.encoder import gelu_through_erf
 
 FORMATS = ("onnx", "saved_model", "tflite")
 
@@ -92,15 +100,41 @@ def export_model(model, path, format=None, batch_size=None):
     if format == "onnx":
         if batch_size is None and keras.backend.backend() == "torch":
             batch_size = 1
-        signature = _signature(model, batch_size)
-        write_atomically(path, lambda tmp: model.export(
-            tmp, format="onnx", input_signature=signature, verbose=False))
+        write_atomically(path, lambda tmp: _write_onnx(model, tmp, batch_size))
     elif format == "saved_model":
         signature = _signature(model, batch_size)
         write_atomically(path, lambda tmp: model.export(
             tmp, format="tf_saved_model", input_signature=signature, verbose=False))
     else:
         write_atomically(path, lambda tmp: _write_tflite(model, tmp, batch_size))
+
+
+def _write_onnx(model, path, batch_size):
+    signature = _signature(model, batch_size)
+    # tf2onnx has no Erfc (TensorFlow's exact GELU); the erf form converts.
+    erf_gelu = gelu_through_erf() if keras.backend.backend() == "tensorflow" else nullcontext()
+    with erf_gelu:
+        model.export(path, format="onnx", input_signature=signature, verbose=False)
+    _check_onnx_ops(path)
+
+
+def _check_onnx_ops(path):
+    """Refuse a graph with ops ONNX does not define (a converter writes them when it has no map)."""
+    import onnx
+
+    graph = onnx.load(path, load_external_data=False)
+    local = {(function.domain, function.name) for function in graph.functions}
+    unknown = sorted({
+        node.op_type for node in graph.graph.node
+        if node.domain in ("", "ai.onnx") and (node.domain, node.op_type) not in local
+        and not onnx.defs.has(node.op_type)
+    })
+    if unknown:
+        raise ValueError(
+            f"The {keras.backend.backend()} backend's ONNX converter wrote ops that ONNX does not "
+            f"define: {unknown}; onnxruntime cannot load the graph. Export under another "
+            "backend (KERAS_BACKEND=jax), after model.save('model.keras')."
+        )
 
 
 def _write_tflite(model, path, batch_size):

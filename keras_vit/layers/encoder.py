@@ -14,6 +14,9 @@ input dtype; only the normalised output is cast back to the compute dtype.
 Sub-layer names follow the official (pre-Linen) module paths, so the checkpoint map is a table.
 """
 
+import contextlib
+import math
+
 import keras
 import numpy as np
 from keras import ops
@@ -28,6 +31,31 @@ from keras_vit.layers.position import (
 from keras_vit.layers.tokens import CLASSIFIERS, ClassToken
 
 LAYER_NORM_EPSILON = 1e-6
+_erf_gelu = False  # True inside gelu_through_erf(), while an exporter traces the model
+
+
+@contextlib.contextmanager
+def gelu_through_erf():
+    """Trace the exact GELU as ``0.5 x (1 + erf(x / sqrt 2))`` inside this block.
+
+    TensorFlow writes the exact GELU with ``Erfc``, which tf2onnx cannot convert (ONNX has no
+    Erfc); ``Erf`` converts everywhere. The two agree to float32 rounding. The choice is made
+    when a function is traced, so models traced outside the block (training, inference) keep
+    the backend's own GELU.
+    """
+    global _erf_gelu
+    previous, _erf_gelu = _erf_gelu, True
+    try:
+        yield
+    finally:
+        _erf_gelu = previous
+
+
+def gelu(x, approximate):
+    """``keras.ops.gelu``, or its erf form for the exact GELU inside ``gelu_through_erf()``."""
+    if approximate or not _erf_gelu:
+        return ops.gelu(x, approximate=approximate)
+    return 0.5 * x * (1.0 + ops.erf(x / math.sqrt(2.0)))
 
 
 def layer_norm(name, dtype=None, epsilon=LAYER_NORM_EPSILON):
@@ -67,7 +95,7 @@ class MlpBlock(keras.layers.Layer):
 
     def call(self, inputs, training=None):
         x = self.Dense_0(inputs)
-        x = ops.gelu(x, approximate=self.approximate_gelu)
+        x = gelu(x, self.approximate_gelu)
         x = self.dropout(x, training=training)
         x = self.Dense_1(x)
         return self.dropout(x, training=training)

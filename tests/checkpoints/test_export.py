@@ -1,12 +1,22 @@
-"""ONNX, SavedModel and TFLite exports reproduce the Keras logits (onnxruntime, TF, TFLite)."""
+"""ONNX, SavedModel and TFLite exports reproduce the Keras logits (onnxruntime, TF, TFLite).
+
+ONNX for both GELU forms on every backend, and for models loaded from timm and Hugging Face
+files (the exact GELU, which TensorFlow writes with an op ONNX lacks).
+"""
 
 import keras
 import numpy as np
 import pytest
-from interop_helpers import assert_close, images, numpy, randomise_keras
+from interop_helpers import assert_close, images, numpy, randomise_keras, randomise_torch
 
-from keras_vit import ResNetV2, VisionTransformer
+from keras_vit import ResNetV2, VisionTransformer, load_checkpoint
 from keras_vit.checkpoints.export import export_model
+from keras_vit.layers.encoder import gelu, gelu_through_erf
+
+try:  # imported before tests/timm_import.py's torchvision stand-in, which trips transformers' ViT
+    from transformers import ViTConfig, ViTForImageClassification
+except ImportError:
+    ViTConfig = None
 
 ATOL = 1e-4
 BACKEND = keras.backend.backend()
@@ -19,7 +29,7 @@ def _model(kind):
         resnet = dict(num_layers=[1, 1], width_factor=1) if kind == "hybrid" else None
         model = VisionTransformer(image_size=32, patch_size=1 if resnet else 8, hidden_size=32,
                                   num_layers=1, num_heads=4, mlp_dim=64, num_classes=5,
-                                  resnet=resnet)
+                                  resnet=resnet, approximate_gelu=kind != "vit_exact_gelu")
     return randomise_keras(model)
 
 
@@ -27,6 +37,21 @@ def _run_onnx(path, x):
     ort = pytest.importorskip("onnxruntime")
     session = ort.InferenceSession(str(path))
     return session.run(None, {session.get_inputs()[0].name: x})[0]
+
+
+def _onnx_ops(path):
+    import onnx
+
+    return {node.op_type for node in onnx.load(str(path)).graph.node}
+
+
+def _export_and_compare(model, x, path, what):
+    """Export (a fixed batch on torch) and compare onnxruntime with the Keras model."""
+    batch = len(x) if BACKEND == "torch" else None  # torch's exporter fixes the batch
+    export_model(model, path, batch_size=batch)
+    assert_close(_run_onnx(path, x), numpy(model(x)), what, ATOL)
+    if batch is None:  # any batch size
+        assert _run_onnx(path, x[:1]).shape == (1,) + tuple(model.output_shape[1:])
 
 
 def _run_tflite(path, x):
@@ -46,14 +71,75 @@ def _run_saved_model(path, x):
     return loaded.serve(x).numpy()
 
 
-@pytest.mark.parametrize("kind", ["vit", "hybrid", "bit"])
+@pytest.mark.parametrize("kind", ["vit", "vit_exact_gelu", "hybrid", "bit"])
 def test_onnx_matches(kind, tmp_path):
-    model, x = _model(kind), images()
-    batch = 2 if BACKEND == "torch" else None  # torch's exporter fixes the batch
-    export_model(model, tmp_path / "model.onnx", batch_size=batch)
-    assert_close(_run_onnx(tmp_path / "model.onnx", x), numpy(model(x)), f"onnx {kind}", ATOL)
-    if batch is None:  # any batch size
-        assert _run_onnx(tmp_path / "model.onnx", x[:1]).shape == (1, 5)
+    _export_and_compare(_model(kind), images(), tmp_path / "model.onnx", f"onnx {kind}")
+    if kind == "vit_exact_gelu":
+        import onnx
+
+        ops = _onnx_ops(tmp_path / "model.onnx")
+        assert all(onnx.defs.has(op) for op in ops), sorted(ops)
+        assert "Erfc" not in ops and ops & {"Erf", "Gelu"}, sorted(ops)
+
+
+def test_erf_gelu_is_the_exact_gelu():
+    x = keras.ops.convert_to_tensor(np.linspace(-12, 12, 20001, dtype="float32"))
+    exact = numpy(keras.ops.gelu(x, approximate=False))
+    np.testing.assert_array_equal(numpy(gelu(x, False)), exact)  # outside export: untouched
+    with gelu_through_erf():
+        erf_form, tanh_form = numpy(gelu(x, False)), numpy(gelu(x, True))
+    np.testing.assert_array_equal(tanh_form, numpy(keras.ops.gelu(x, approximate=True)))
+    # float32 rounding: within 2 units in the last place of max(1, |x|)
+    scale = np.maximum(1.0, np.abs(numpy(x)))
+    assert np.max(np.abs(erf_form - exact) / scale) <= 2 * np.finfo("float32").eps
+    np.testing.assert_array_equal(numpy(gelu(x, False)), exact)  # the block restores
+
+
+def _timm_file(path):
+    import torch
+    from safetensors.torch import save_file
+    from timm_import import import_timm
+
+    import_timm()
+    from timm.models.vision_transformer import VisionTransformer as TimmViT
+
+    vit = randomise_torch(TimmViT(img_size=32, patch_size=8, embed_dim=32, depth=1, num_heads=4,
+                                  mlp_ratio=2.0, num_classes=5))  # timm's exact GELU
+    act = vit.blocks[0].mlp.act
+    assert isinstance(act, torch.nn.GELU) and act.approximate == "none"
+    save_file({k: v.contiguous() for k, v in vit.state_dict().items()}, path / "vit.safetensors")
+    return load_checkpoint(path / "vit.safetensors", num_heads=4)
+
+
+def _transformers_folder(path):
+    if ViTConfig is None:
+        pytest.skip("transformers is not installed (the dev extra installs it)")
+    config = ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=1,
+                       num_attention_heads=4, intermediate_size=64, num_labels=5)  # exact GELU
+    randomise_torch(ViTForImageClassification(config)).save_pretrained(path / "hf")
+    return load_checkpoint(path / "hf")
+
+
+@pytest.mark.parametrize("source", ["timm", "transformers"])
+def test_onnx_of_timm_and_transformers_files(source, tmp_path):
+    model = _timm_file(tmp_path) if source == "timm" else _transformers_folder(tmp_path)
+    assert not model.get_config()["approximate_gelu"]
+    _export_and_compare(model, images(), tmp_path / "model.onnx", f"onnx {source}")
+
+
+def test_undefined_onnx_ops_are_refused(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    from keras_vit.checkpoints.export import _check_onnx_ops
+
+    value = helper.make_tensor_value_info
+    graph = helper.make_graph([helper.make_node("Erfc", ["x"], ["y"])], "erfc",
+                              [value("x", TensorProto.FLOAT, [2])],
+                              [value("y", TensorProto.FLOAT, [2])])
+    onnx.save(helper.make_model(graph), tmp_path / "erfc.onnx")
+    with pytest.raises(ValueError, match=r"does not define: \['Erfc'\]"):
+        _check_onnx_ops(str(tmp_path / "erfc.onnx"))
 
 
 @pytest.mark.skipif(BACKEND == "torch", reason="Keras exports SavedModels from jax and "
