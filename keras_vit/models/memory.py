@@ -17,9 +17,9 @@
   and the probabilities of the softmax) while training; one block's 3 H N^2 (logits,
   exponentials, probabilities) at inference.
 
-Not counted: XLA's layout copies and scratch buffers, the framework's own overhead, and flash
-attention, which keeps no N^2 matrix (the count is then an upper bound for the ``attention``
-part).
+Not counted: dropout masks (ViT-L, ViT-H and R50+ViT-B/16 train with dropout 0.1), XLA's
+layout copies and scratch buffers, and the framework's own overhead. Flash attention keeps no
+N^2 matrix: the ``attention`` part is then an upper bound.
 
 Agreement with XLA (``XLA_AGREEMENT``; ``python benchmarks/memory.py --xla``): on seven small
 random ViT, hybrid and BiT configurations at two batch sizes each, this count over what XLA:CPU
@@ -158,7 +158,8 @@ def _resnet_tally(tally, side, channels, stages, width_factor, style):
 
 
 def _vit_tally(model, height, width):
-    """(tally, attention kept per block, attention at the forward peak, blocks, block input)."""
+    """(tally, attention kept per block, attention at the forward peak, blocks, what a block
+    keeps, its input), per example."""
     tally = _Tally()
     side, channels = (height, width), model.num_channels
     if model.resnet is not None:
@@ -169,11 +170,12 @@ def _vit_tally(model, height, width):
     tokens = grid[0] * grid[1] + (model.classifier == "token")
     dim, mlp = model.hidden_size, model.mlp_dim
     tally.add(0, side[0] * side[1] * channels + tokens * dim)  # the patch embedding
+    block = tokens * (8 * dim + 3 * mlp)
     for _ in range(model.num_layers):
-        tally.add(tokens * (8 * dim + 3 * mlp), tokens * max(4 * dim, 2 * dim + 2 * mlp))
+        tally.add(block, tokens * max(4 * dim, 2 * dim + 2 * mlp))
     tally.add(2 * tokens * dim, 2 * tokens * dim)  # the final LayerNorm
     matrix = model.num_heads * tokens * tokens
-    return tally, 2 * matrix, 3 * matrix, model.num_layers, tokens * dim
+    return tally, 2 * matrix, 3 * matrix, model.num_layers, block, tokens * dim
 
 
 def _resnet_params(channels, stages, width_factor, style):
@@ -270,12 +272,12 @@ def _activations(model, model_class, height, width, training, remat):
         _resnet_tally(tally, (height, width), model.num_channels, model.block_units,
                       model.width_factor, "bit")
         return (tally.kept + tally.block, 0) if training else (tally.forward, 0)
-    tally, kept_matrix, forward_matrix, blocks, block_input = _vit_tally(model, height, width)
+    tally, kept_matrix, forward_matrix, blocks, block, block_input = _vit_tally(
+        model, height, width)
     if not training:
         return tally.forward, forward_matrix
-    if remat:  # block inputs only; one block recomputed, then its gradients in flight
-        block = tally.block
-        return tally.kept - blocks * (block - block_input) + 2 * block, 2 * kept_matrix
+    if remat:  # block inputs only; one block recomputed, then the gradients in flight
+        return tally.kept - blocks * (block - block_input) + block + tally.block, 2 * kept_matrix
     return tally.kept + tally.block, (blocks + 1) * kept_matrix
 
 
