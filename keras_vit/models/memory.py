@@ -27,7 +27,8 @@ allocates for the compiled jax step (argument + output - alias + temp bytes) was
 training steps (ViTs 0.80-1.02, hybrids 1.23-1.35, BiT 1.06-1.15) and 0.61-1.43 for inference
 (jax 0.10.2, keras 3.15.1, 2026-11-25, 2-core AMD EPYC). XLA:GPU and XLA:TPU fuse and lay out
 buffers differently from XLA:CPU; no GPU or TPU was measured, so treat the count as an estimate
-within about +-40 %, and leave a margin when you pick a batch.
+within about +-40 %, and leave a margin when you pick a batch. XLA:CPU did not shrink the
+step of a ``remat=True`` ViT at all (our remat count was 0.42-0.44 of its allocation).
 
 Example (ViT-B/16 at 384 px, the published fine-tune; one 16 GiB chip):
 >>> count = memory("ViT-B/16", 384, 32, optimizer="sgd")
