@@ -320,6 +320,9 @@ def memory(model, image_size=None, batch_size=1, *, training=True, dtype=None, r
     config, model_class, height, width, policy = _resolve(model, image_size, dtype, overrides)
     if remat is None:
         remat = bool(getattr(config, "remat", False))
+    if remat and training and getattr(config, "dropout_rate", 0):
+        raise ValueError("remat=True needs dropout_rate=0 (the model refuses it otherwise); pass "
+                         "dropout_rate=0.0 with the name, or remat=False.")
     variable, compute = _bytes(policy.variable_dtype), _bytes(policy.compute_dtype)
     weights = _parameters(config, height, width) * variable
     elements, matrices = _activations(config, model_class, height, width, training, remat)

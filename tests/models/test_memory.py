@@ -61,12 +61,15 @@ def test_largest_batch_is_the_last_that_fits():
     assert memory("R50+ViT-B/16", 384, batch) <= 16 * GIB < memory("R50+ViT-B/16", 384, batch + 1)
     assert largest_batch("ViT-B/16", 384, 16, dtype="mixed_bfloat16") > largest_batch(
         "ViT-B/16", 384, 16)
-    assert largest_batch("ViT-L/16", 384, 16, remat=True) > largest_batch("ViT-L/16", 384, 16)
+    assert largest_batch("ViT-L/16", 384, 16, remat=True, dropout_rate=0.0) > largest_batch(
+        "ViT-L/16", 384, 16)
 
 
 def test_a_budget_below_one_example_names_the_fix():
     with pytest.raises(ValueError, match="ViT-H/14.*more than 8 GiB.*remat=True"):
         largest_batch("ViT-H/14", 518, 8, optimizer="adamw")
+    with pytest.raises(ValueError, match="remat=True needs dropout_rate=0"):
+        memory("ViT-L/16", 224, 1, remat=True)
     with pytest.raises(ValueError, match="a BiT ResNetV2 has none"):
         memory("BiT-R50x1", 224, 1, remat=True)
     with pytest.raises(ValueError, match="Unknown optimizer 'adam'"):
