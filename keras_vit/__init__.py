@@ -14,6 +14,7 @@ from keras_vit.checkpoints.keras_hub import from_keras_hub, to_keras_hub
 from keras_vit.layers.patching import PatchEmbedding, patchify
 from keras_vit.layers.position import resize_position_embedding
 from keras_vit.models.compute import flops
+from keras_vit.models.memory import largest_batch, memory
 from keras_vit.models.registry import model_names
 from keras_vit.models.resize import resize_model, resize_patch_size
 from keras_vit.models.resnet_v2 import ResNetV2
@@ -31,7 +32,9 @@ __all__ = [
     "export_model",
     "flops",
     "from_keras_hub",
+    "largest_batch",
     "load_checkpoint",
+    "memory",
     "model_names",
     "patchify",
     "resize_model",

@@ -1,0 +1,147 @@
+"""The paper's Fig. 12 (right) from the memory model, its agreement with XLA, and CPU throughput.
+
+    python benchmarks/memory.py                      # largest inference batch per 16 GiB chip
+    python benchmarks/memory.py --train              # ... of a training step (SGD, float32)
+    python benchmarks/memory.py --plot fig12.png     # and draw it
+    python benchmarks/memory.py --xla                # the model against XLA:CPU (jax backend)
+    python benchmarks/memory.py --throughput         # CPU inference images/s against size
+
+The table comes from ``keras_vit.models.memory.figure_12`` (nothing is built). The paper's
+reading (Appendix D.5, Fig. 12 right, inference on a 16 GiB TPUv3 core): large ViTs fit larger
+batches than ResNets, and every model's batch falls as the resolution grows.
+
+Measured 2026-11-25 (jax, 2-core AMD EPYC, shared, load 2.9), ``--throughput`` at batch 8:
+ViT-Ti/16 21.0/10.6/4.6 images/s at 224/288/384 px, BiT-R26x1 8.3/5.6/2.9. ``--xla``: see
+docs/any-size-and-compute.md.
+"""
+
+import argparse
+import os
+import time
+
+PAPER = ("paper (Fig. 12 right): ViT models are clearly more memory-efficient than ResNets; "
+         "the batch that fits falls as the resolution grows")
+
+
+def print_table(table, memory_gib, training):
+    sizes = [size for size, _ in next(iter(table.values()))]
+    step = "training (SGD)" if training else "inference"
+    print(f"largest {step} batch per {memory_gib} GiB device, float32, from keras_vit.memory")
+    print(f"{'model':14s}" + "".join(f"{size:>8d}" for size in sizes))
+    for name, row in table.items():
+        print(f"{name:14s}" + "".join(f"{batch:8d}" for _, batch in row))
+    print(PAPER)
+
+
+def plot(table, path, memory_gib, training):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 4))
+    for name, row in table.items():
+        style = "--" if name.startswith("BiT") else "-"
+        ax.plot(*zip(*row), style, marker="o", label=name)
+    ax.set(xlabel="input size (px)", yscale="log",
+           ylabel=f"largest {'training' if training else 'inference'} batch per {memory_gib} GiB",
+           title="Fig. 12 (right), from the memory model")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
+def xla_table():
+    """The memory model against XLA:CPU on small random ViT, hybrid and BiT configurations."""
+    import keras
+
+    from keras_vit import ResNetV2, VisionTransformer
+    from keras_vit.models.memory import memory, xla_memory
+
+    vit = dict(num_classes=10)
+    configurations = [
+        ("ViT D64 L2 N65", VisionTransformer, dict(vit, image_size=64, patch_size=8,
+         hidden_size=64, num_layers=2, num_heads=4, mlp_dim=256), 16),
+        ("ViT D96 L3 N257", VisionTransformer, dict(vit, image_size=64, patch_size=4,
+         hidden_size=96, num_layers=3, num_heads=3, mlp_dim=192), 8),
+        ("ViT gap D128 L4", VisionTransformer, dict(vit, image_size=96, patch_size=16,
+         hidden_size=128, num_layers=4, num_heads=8, mlp_dim=512, classifier="gap"), 16),
+        ("hybrid (1,1)", VisionTransformer, dict(vit, image_size=64, patch_size=1,
+         hidden_size=64, num_layers=2, num_heads=4, mlp_dim=128,
+         resnet=dict(num_layers=(1, 1), width_factor=0.5)), 8),
+        ("hybrid (2,1,1)", VisionTransformer, dict(vit, image_size=64, patch_size=1,
+         hidden_size=64, num_layers=1, num_heads=2, mlp_dim=128,
+         resnet=dict(num_layers=(2, 1, 1), width_factor=0.5)), 8),
+        ("BiT (1,1)", ResNetV2, dict(vit, image_size=64, block_units=(1, 1),
+         width_factor=0.5), 8),
+        ("BiT (2,1,1)", ResNetV2, dict(vit, image_size=64, block_units=(2, 1, 1),
+         width_factor=0.5), 8),
+    ]
+    print(f"memory model / XLA:CPU (jax {__import__('jax').__version__}, keras "
+          f"{keras.__version__}): argument + output - alias + temp bytes of the compiled step")
+    print(f"{'configuration':18s} {'step':8s} {'batch':>5s} {'model MiB':>10s} {'XLA MiB':>9s} "
+          f"{'ratio':>6s}")
+    for label, model_class, config, batch in configurations:
+        model = model_class(**config)
+        for training in (True, False):
+            for size in (batch, 2 * batch):
+                ours = memory(model, None, size, training=training)
+                xla = xla_memory(model, size, training=training)
+                print(f"{label:18s} {'train' if training else 'predict':8s} {size:5d} "
+                      f"{ours / 2**20:10.2f} {xla / 2**20:9.2f} {ours / xla:6.2f}", flush=True)
+
+
+def throughput(sizes, batch, rounds):
+    """Inference images/s of small models on this CPU, median of interleaved rounds."""
+    import statistics
+
+    import numpy as np
+
+    import keras_vit
+
+    names = ("ViT-Ti/16", "BiT-R26x1")
+    models = {(name, size): keras_vit.create_model(name, image_size=size)
+              for name in names for size in sizes}
+    images = {size: np.random.default_rng(0).uniform(-1, 1, (batch, size, size, 3))
+              .astype("float32") for size in sizes}
+    for (_, size), model in models.items():
+        model.predict_on_batch(images[size])  # compile
+    times = {key: [] for key in models}
+    for _ in range(rounds):
+        for (name, size), model in models.items():
+            start = time.perf_counter()
+            model.predict_on_batch(images[size])
+            times[name, size].append(time.perf_counter() - start)
+    print(f"CPU inference, batch {batch}, images/s (median of {rounds} interleaved rounds), "
+          f"{os.cpu_count()}-core CPU, load {os.getloadavg()[0]:.1f}, "
+          f"backend {__import__('keras').backend.backend()}")
+    for name in names:
+        print(f"{name:14s}" + "".join(
+            f"{size:>6d}px {batch / statistics.median(times[name, size]):7.1f}"
+            for size in sizes))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--memory-gib", type=float, default=16)
+    parser.add_argument("--train", action="store_true", help="a training step, not inference")
+    parser.add_argument("--plot", metavar="PNG")
+    parser.add_argument("--xla", action="store_true")
+    parser.add_argument("--throughput", action="store_true")
+    parser.add_argument("--sizes", type=int, nargs="+", default=(224, 288, 384, 448, 512))
+    args = parser.parse_args()
+    from keras_vit.models.memory import figure_12
+
+    table = figure_12(sizes=args.sizes, memory_gib=args.memory_gib, training=args.train)
+    print_table(table, args.memory_gib, args.train)
+    if args.plot:
+        plot(table, args.plot, args.memory_gib, args.train)
+    if args.xla:
+        xla_table()
+    if args.throughput:
+        throughput((224, 288, 384), batch=8, rounds=5)
+
+
+if __name__ == "__main__":
+    main()
