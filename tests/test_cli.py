@@ -168,8 +168,10 @@ def test_a_configuration_dict_is_checked():
     with pytest.raises(ValueError, match="Unknown finetune option 'eval_evry' \\(did you mean "
                                          "'eval_every'\\?\\)"):
         runs.finetune({"checkpoint": "m.keras", "eval_evry": 10})
-    with pytest.raises(ValueError, match="The finetune configuration needs checkpoint"):
-        configs.FinetuneConfig.from_dict({})
+    with pytest.raises(ValueError, match="The evaluate configuration needs checkpoint"):
+        configs.EvaluateConfig.from_dict({})
+    with pytest.raises(ValueError, match="a checkpoint .* or a published recipe"):
+        runs.finetune({})
 
 
 def test_validation_epochs_are_every_nth_and_the_last():
