@@ -64,7 +64,7 @@ def _non_square_grids(seed, count=2):
     """Random (rows, cols) grids with rows != cols, drawn with ``seed``."""
     rng, grids = np.random.default_rng(seed), []
     while len(grids) < count:
-        rows, cols = (int(v) for v in rng.integers(1, 10, size=2))
+        rows, cols = (int(v) for v in rng.integers(2, 10, size=2))
         if rows != cols:
             grids.append((rows, cols))
     return grids
