@@ -16,7 +16,7 @@ import tempfile
 import keras
 import numpy as np
 
-from keras_vit.layers.position import resize_position_embedding
+from keras_vit.layers.position import resize_position_embedding, table_grid
 
 
 def _identity(*arrays):
@@ -208,15 +208,20 @@ def prepare_config(config, tensors, head_keys, pre_logits_keys, *, num_classes=N
     return skip
 
 
-def resize_posemb_tensor(tensors, key, model):
-    """Resize the file's position embedding to the model's grid (official fine-tuning rule)."""
+def resize_posemb_tensor(tensors, key, model, file_grid=None):
+    """Resize the file's position embedding from its grid to the model's (official fine-tuning).
+
+    ``file_grid`` is the (rows, cols) the file states (a loader's ``posemb_grid``, a transformers
+    config); without it the table must be square.
+    """
     if key not in tensors or not hasattr(model, "grid_size"):
         return tensors
-    table = model.get_layer("posembed_input").pos_embedding
-    if tuple(np.shape(tensors[key])) == tuple(table.shape):
+    has_class_token = model.classifier == "token"
+    table = np.asarray(tensors[key])
+    old_grid = table_grid(table.shape[1] - has_class_token, file_grid, "posemb_grid")
+    new_grid = tuple(model.position_embedding_grid or model.grid_size)
+    if old_grid == new_grid:
         return tensors
     tensors = dict(tensors)
-    tensors[key] = resize_position_embedding(
-        np.asarray(tensors[key]), model.grid_size, has_class_token=model.classifier == "token"
-    )
+    tensors[key] = resize_position_embedding(table, new_grid, has_class_token, old_grid)
     return tensors

@@ -6,7 +6,7 @@ family has one table from those keys to the model's variables; loading is strict
 unexpected or mis-shaped tensor is reported in one error.
 """
 
-import math
+import functools
 import os
 import re
 import zipfile
@@ -22,6 +22,7 @@ from keras_vit.checkpoints.base import (
     resize_posemb_tensor,
     write_atomically,
 )
+from keras_vit.layers.position import table_grid
 from keras_vit.models.resnet_v2 import ResNetV2
 from keras_vit.models.vit import VisionTransformer
 
@@ -184,8 +185,12 @@ def _require(tensors, key, what):
     return tensors[key]
 
 
-def infer_vit_config(tensors):
-    """Infer ``VisionTransformer`` arguments from the tensors of an official file."""
+def infer_vit_config(tensors, posemb_grid=None):
+    """Infer ``VisionTransformer`` arguments from the tensors of an official file.
+
+    The file does not record its grid: a square position table is read as a square grid, any
+    other needs ``posemb_grid=(rows, cols)``.
+    """
     kernel = _require(tensors, "embedding/kernel", "patch embedding")
     patch_size, _, in_channels, hidden_size = kernel.shape
     num_layers = 0
@@ -198,12 +203,7 @@ def infer_vit_config(tensors):
     mlp = _require(tensors, f"{block}/MlpBlock_3/Dense_0/kernel", "MLP")
     posemb = _require(tensors, POSEMB, "position embedding")
     classifier = "token" if "cls" in tensors else "gap"
-    grid = posemb.shape[1] - (classifier == "token")
-    side = math.isqrt(grid)
-    if side * side != grid:
-        raise ValueError(
-            f"The position embedding has {grid} grid rows, which is not a square grid."
-        )
+    rows, cols = table_grid(posemb.shape[1] - (classifier == "token"), posemb_grid, "posemb_grid")
     config = dict(
         patch_size=int(patch_size),
         hidden_size=int(hidden_size),
@@ -222,7 +222,7 @@ def infer_vit_config(tensors):
         stem, stem_stride = resnet.hybrid_stem_config(tensors)
         config.update(resnet=stem, num_channels=int(tensors["conv_root/kernel"].shape[2]))
         stride *= stem_stride
-    config["image_size"] = side * stride
+    config["image_size"] = (rows * stride, cols * stride)
     return config
 
 
@@ -254,7 +254,7 @@ def table_for(model):
 
 
 def load_checkpoint(path, *, image_size=None, num_classes=None, drop_pre_logits=False,
-                    **overrides):
+                    posemb_grid=None, **overrides):
     """Build the model an official ``.npz`` describes and load every tensor into it.
 
     The architecture (family, patch size, width, depth, heads, MLP size, classifier,
@@ -270,6 +270,9 @@ def load_checkpoint(path, *, image_size=None, num_classes=None, drop_pre_logits=
             zero-initialised one (official fine-tuning). ``0`` builds no head (features).
         drop_pre_logits: drop the ``pre_logits`` layer (as fine-tuning with
             ``representation_size=None`` does).
+        posemb_grid: the (rows, cols) patch grid the file's position embedding was trained at.
+            The format does not record it; a square table is read as a square grid, so this is
+            needed only for a non-square one (a file saved from a non-square model).
         **overrides: other constructor arguments, e.g. ``dropout_rate=0.1``.
 
     Example:
@@ -279,13 +282,18 @@ def load_checkpoint(path, *, image_size=None, num_classes=None, drop_pre_logits=
     """
     tensors = read_checkpoint(path)
     infer, table_of, model_class = _family(tensors)
+    if posemb_grid is not None:
+        if model_class is not VisionTransformer:
+            raise ValueError("posemb_grid is the grid of a ViT's position embedding; this BiT "
+                             "file has none: leave posemb_grid out.")
+        infer = functools.partial(infer, posemb_grid=posemb_grid)
     config = infer(tensors)
     skip = prepare_config(
         config, tensors, HEAD_KEYS, PRE_LOGITS_KEYS, num_classes=num_classes,
         drop_pre_logits=drop_pre_logits, image_size=image_size, overrides=overrides,
     )
     model = model_class(**config)
-    assign(table_of(model), resize_posemb_tensor(tensors, POSEMB, model), skip)
+    assign(table_of(model), resize_posemb_tensor(tensors, POSEMB, model, posemb_grid), skip)
     return model
 
 

@@ -42,6 +42,7 @@ from keras_vit.checkpoints.base import (
     torch_heads_out,
     write_atomically,
 )
+from keras_vit.layers.position import table_grid
 from keras_vit.layers.resnet import ROOT_WIDTH, plain_number
 from keras_vit.models.resnet_v2 import ResNetV2
 from keras_vit.models.vit import VisionTransformer
@@ -298,8 +299,9 @@ def _count(tensors, template):
     return count
 
 
-def infer_vit_config(tensors, num_heads=None):
-    """``VisionTransformer`` arguments from a timm ViT state dict."""
+def infer_vit_config(tensors, num_heads=None, posemb_grid=None):
+    """``VisionTransformer`` arguments from a timm ViT state dict (a non-square ``pos_embed``
+    needs its ``posemb_grid=(rows, cols)``: the state dict does not record it)."""
     refuse_variants(tensors)
     proj = tensors["patch_embed.proj.weight"]
     hidden, channels, patch, patch_w = proj.shape
@@ -338,15 +340,14 @@ def infer_vit_config(tensors, num_heads=None):
     elif any(k.startswith("patch_embed.backbone.") for k in tensors):
         raise ValueError("This hybrid's backbone is not a ResNetV2 with a stem and stages (e.g. "
                          "timm's R+ViT-Ti without stages); it is not supported.")
-    grid = tensors["pos_embed"].shape[1] - (classifier == "token")
-    side = int(round(grid ** 0.5))
-    if side * side != grid:
-        raise ValueError(
-            f"pos_embed has {tensors['pos_embed'].shape[1]} rows, which is not a square grid"
-            + (" plus the class token (timm's no_embed_class=True is not supported)."
-               if classifier == "token" else ".")
-        )
-    config["image_size"] = side * stride
+    try:
+        rows, cols = table_grid(tensors["pos_embed"].shape[1] - (classifier == "token"),
+                                posemb_grid, "posemb_grid")
+    except ValueError as error:
+        hint = (" A pos_embed without the class token's row (timm's no_embed_class=True) is not "
+                "supported." if classifier == "token" else "")
+        raise ValueError(f"pos_embed: {error}{hint}") from None
+    config["image_size"] = (rows * stride, cols * stride)
     return config
 
 
@@ -382,14 +383,20 @@ def _fill_optional_biases(tensors, config):
 # ----------------------------------------------------------------------------- load and save
 
 
-def load(path, *, image_size=None, num_classes=None, num_heads=None, **overrides):
-    """Build the model a timm state dict describes and load it (see ``load_checkpoint``)."""
+def load(path, *, image_size=None, num_classes=None, num_heads=None, posemb_grid=None,
+         **overrides):
+    """Build the model a timm state dict describes and load it (see ``load_checkpoint``);
+    ``posemb_grid=(rows, cols)`` states the grid of a non-square ``pos_embed``."""
     tensors = strip_prefix(read_state_dict(path))
     if "stem.conv.weight" in tensors:
+        if posemb_grid is not None:
+            raise ValueError("posemb_grid is the grid of a ViT's position embedding; a BiT state "
+                             "dict has none: leave posemb_grid out.")
         config, model_class = infer_bit_config(tensors), ResNetV2
         head_keys = {"head.fc.weight", "head.fc.bias"}
     elif "patch_embed.proj.weight" in tensors:
-        config, model_class = infer_vit_config(tensors, num_heads), VisionTransformer
+        config = infer_vit_config(tensors, num_heads, posemb_grid)
+        model_class = VisionTransformer
         tensors = _fill_optional_biases(tensors, config)
         head_keys = {"head.weight", "head.bias"}
     else:
@@ -401,7 +408,7 @@ def load(path, *, image_size=None, num_classes=None, num_heads=None, **overrides
     skip = prepare_config(config, tensors, head_keys, (), num_classes=num_classes,
                           image_size=image_size, overrides=overrides)
     model = model_class(**config)
-    assign(table_for(model), resize_posemb_tensor(tensors, "pos_embed", model), skip,
+    assign(table_for(model), resize_posemb_tensor(tensors, "pos_embed", model, posemb_grid), skip,
            "timm state dict")
     return model
 

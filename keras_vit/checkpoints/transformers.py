@@ -39,6 +39,7 @@ from keras_vit.checkpoints.base import (
     write_atomically,
 )
 from keras_vit.checkpoints.timm import read_state_dict
+from keras_vit.models.base import image_shape
 from keras_vit.models.vit import VisionTransformer
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -225,6 +226,8 @@ def load(path, *, image_size=None, num_classes=None, drop_pre_logits=False, **ov
     """Build the model a transformers ViT folder describes and load it (see ``load_checkpoint``)."""
     hf, tensors = read_folder(path)
     config = infer_config(hf, tensors)
+    # config.json states the size, so the table's grid is known even when it is not square
+    file_grid = tuple(side // config["patch_size"] for side in image_shape(config["image_size"]))
     prefix = _prefix(tensors)
     if not hf.get("qkv_bias", True):
         tensors = dict(tensors)
@@ -240,7 +243,7 @@ def load(path, *, image_size=None, num_classes=None, drop_pre_logits=False, **ov
     model = VisionTransformer(**config)
     official._check_official_position(model)
     key = f"{prefix}embeddings.position_embeddings"
-    assign(layout(model, prefix), resize_posemb_tensor(tensors, key, model), skip,
+    assign(layout(model, prefix), resize_posemb_tensor(tensors, key, model, file_grid), skip,
            "transformers checkpoint")
     return model
 

@@ -73,15 +73,15 @@ class AddPositionEmbedding(keras.layers.Layer):
         return config
 
 
-def _grid_shape(grid_size):
-    if isinstance(grid_size, (tuple, list)) and len(grid_size) == 2:
-        rows, cols = (int(v) for v in grid_size)
-    elif isinstance(grid_size, (int, np.integer)):
-        rows = cols = int(grid_size)
+def _grid_shape(grid, name="grid_size"):
+    if isinstance(grid, (tuple, list)) and len(grid) == 2:
+        rows, cols = (int(v) for v in grid)
+    elif isinstance(grid, (int, np.integer)):
+        rows = cols = int(grid)
     else:
-        raise ValueError(f"grid_size must be an int or a (rows, cols) pair, got {grid_size!r}.")
+        raise ValueError(f"{name} must be an int or a (rows, cols) pair, got {grid!r}.")
     if rows < 1 or cols < 1:
-        raise ValueError(f"grid_size must be positive, got {grid_size!r}.")
+        raise ValueError(f"{name} must be positive, got {grid!r}.")
     return rows, cols
 
 
@@ -244,66 +244,72 @@ def absolute_position_layer(kind, grid_size, name, dtype=None):
     )
 
 
-def _square_side(count, what):
-    side = int(math.isqrt(count))
+def table_grid(count, grid=None, argument="old_grid"):
+    """The (rows, cols) grid of a table with ``count`` grid rows: ``grid`` when stated, else square.
+
+    A bare table cannot say its shape: only a square count is read without ``grid``; any other
+    count is refused with an error that names ``argument``, the caller's way to state it.
+    """
+    if grid is not None:
+        rows, cols = _grid_shape(grid, argument)
+        if rows * cols != count:
+            raise ValueError(
+                f"{argument}={grid!r} has {rows * cols} positions but the position embedding "
+                f"has {count} grid rows; pass the (rows, cols) grid it was learned at."
+            )
+        return rows, cols
+    side = math.isqrt(count)
     if side * side != count:
         raise ValueError(
-            f"{what} has {count} grid positions, which is not a square grid. The official "
-            "checkpoint format and its resize only express square grids of patches."
+            f"The position embedding has {count} grid rows, which is not a square grid, and a "
+            f"bare table does not record its grid: pass {argument}=(rows, cols), the grid it was "
+            f"learned at (rows * cols = {count})."
         )
-    return side
+    return side, side
 
 
-def resize_position_embedding(posemb, new_grid, has_class_token):
-    """Resize a (1, N, D) position embedding to a new square grid, as the official code does.
+def resize_position_embedding(posemb, new_grid, has_class_token, old_grid=None):
+    """Resize a (1, N, D) position embedding to another grid, as the official code does.
 
-    This is ``vit_jax.checkpoint.interpolate_posembed``: the class-token row (when present) is kept
-    unchanged; the grid is resampled with ``scipy.ndimage.zoom(order=1)``, i.e. separable bilinear
-    interpolation with aligned corners and no antialiasing, computed in float64 and cast back.
+    This is ``vit_jax.checkpoint.interpolate_posembed`` per axis: the class-token row (when
+    present) is kept unchanged; the grid is resampled with ``scipy.ndimage.zoom(order=1)`` and the
+    factors (new rows / old rows, new cols / old cols), i.e. separable bilinear interpolation with
+    aligned corners and no antialiasing, computed in float64 and cast back. For square grids this
+    is exactly the official function.
 
     Args:
-        posemb: numpy array (1, N, D), N = g*g (+1 with a class token).
-        new_grid: the new side g' as an int, or a (rows, cols) pair with rows == cols.
+        posemb: numpy array (1, N, D), N = rows*cols (+1 with a class token).
+        new_grid: the new (rows, cols), or an int for a square grid.
         has_class_token: whether row 0 is the class token's embedding.
+        old_grid: the (rows, cols) grid of ``posemb``; needed only when it is not square (a
+            table does not record its grid).
 
     Returns:
-        numpy array (1, g'*g' (+1), D) with the input's dtype.
+        numpy array (1, rows'*cols' (+1), D) with the input's dtype.
 
     Example:
     >>> import numpy as np
     >>> resize_position_embedding(np.zeros((1, 17, 8), "float32"), 6, True).shape
     (1, 37, 8)
+    >>> resize_position_embedding(np.zeros((1, 12, 8), "float32"), (3, 5), False,
+    ...                           old_grid=(2, 6)).shape
+    (1, 15, 8)
     """
     posemb = np.asarray(posemb)
     if posemb.ndim != 3 or posemb.shape[0] != 1:
         raise ValueError(f"Expected a position embedding of shape (1, N, D), got {posemb.shape}.")
-    if isinstance(new_grid, (tuple, list)):
-        if len(new_grid) != 2:
-            raise ValueError(f"new_grid must be an int or a (rows, cols) pair, got {new_grid!r}.")
-        rows, cols = (int(v) for v in new_grid)
-        if rows != cols:
-            raise ValueError(
-                f"Cannot resize to a non-square {rows}x{cols} grid: the official "
-                "position-embedding format and its resize only express square grids. Use a square "
-                "image size "
-                f"(e.g. {max(rows, cols)}x{max(rows, cols)} patches)."
-            )
-        new_side = rows
-    else:
-        new_side = int(new_grid)
-    if new_side < 1:
-        raise ValueError(f"new_grid must be at least 1, got {new_side}.")
+    new_rows, new_cols = _grid_shape(new_grid, "new_grid")
     if has_class_token:
         token, grid = posemb[:, :1], posemb[0, 1:]
     else:
         token, grid = posemb[:, :0], posemb[0]
-    old_side = _square_side(len(grid), "The position embedding")
-    if old_side == new_side:
+    old_rows, old_cols = table_grid(len(grid), old_grid)
+    if (old_rows, old_cols) == (new_rows, new_cols):
         return posemb.copy()
-    grid = grid.reshape(old_side, old_side, -1).astype(np.float64)
-    zoom = (new_side / old_side, new_side / old_side, 1)
+    grid = grid.reshape(old_rows, old_cols, -1).astype(np.float64)
+    zoom = (new_rows / old_rows, new_cols / old_cols, 1)
     grid = scipy.ndimage.zoom(grid, zoom, order=1)
-    grid = grid.reshape(1, new_side * new_side, -1).astype(posemb.dtype)
+    grid = grid.reshape(1, new_rows * new_cols, -1).astype(posemb.dtype)
     return np.concatenate([token, grid], axis=1)
 
 

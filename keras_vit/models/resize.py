@@ -16,19 +16,7 @@ from keras_vit.layers.position import (
     AddPositionEmbedding2D,
     resize_position_embedding,
 )
-
-
-def _square_size(image_size):
-    if isinstance(image_size, (tuple, list)):
-        if len(image_size) != 2:
-            raise ValueError(
-                f"image_size must be an int or a (height, width) pair, got {image_size!r}.")
-        height, width = (int(v) for v in image_size)
-    else:
-        height = width = int(image_size)
-    if height < 1 or width < 1:
-        raise ValueError(f"image_size must be positive, got {image_size!r}.")
-    return height, width
+from keras_vit.models.base import image_shape
 
 
 def rebuild(model, skip=(), **config_changes):
@@ -87,9 +75,9 @@ def position_grid(model):
 
 
 def _resized_posemb(old_model, new_model, posemb):
-    old_rows, old_cols = position_grid(old_model)
-    has_class_token = posemb.shape[1] - old_rows * old_cols == 1
-    return resize_position_embedding(posemb, position_grid(new_model), has_class_token)
+    old_grid = position_grid(old_model)
+    has_class_token = posemb.shape[1] - old_grid[0] * old_grid[1] == 1
+    return resize_position_embedding(posemb, position_grid(new_model), has_class_token, old_grid)
 
 
 def _resize_table(table, length):
@@ -107,17 +95,18 @@ def _resized_posemb_2d(grid_size, weights):
 
 
 def resize_model(model, image_size):
-    """The same model at another (square) resolution, all weights carried over.
+    """The same model at another resolution, all weights carried over.
 
     The position embeddings are interpolated as the official fine-tuning code does (bilinear,
-    aligned corners, class-token row kept); works for plain and hybrid ViTs. A learned 2-D
+    aligned corners, class-token row kept), per axis, so any grid goes to any other grid, square
+    or not (the model knows its grid); works for plain and hybrid ViTs. A learned 2-D
     embedding (Appendix D.4) has its X and Y tables resampled the same way, which is the same
     bilinear resize of the table they form; relative position embeddings have no resize and are
     refused. Fine-tuning after the resize is what the paper does (Sec. 3.2).
 
     Args:
         model: a keras_vit model (``VisionTransformer``, plain or hybrid).
-        image_size: the new side (int) or a square (height, width) pair; a multiple of
+        image_size: the new side (int) or (height, width); each a multiple of
             ``model.stride`` (the patch size, times the ResNet stride for a hybrid). ``None``
             gives the model for any size at call time: the same weights, its position tables
             interpolated inside the call to each input's grid (``VisionTransformer``'s
@@ -130,29 +119,22 @@ def resize_model(model, image_size):
     >>> bigger = resize_model(model, 56)
     >>> bigger.image_size, bigger.grid_size
     ((56, 56), (8, 8))
+    >>> resize_model(model, (42, 70)).grid_size
+    (6, 10)
     """
     if image_size is None:
         return _any_size(model)
-    height, width = _square_size(image_size)
+    height, width = image_shape(image_size)
     stride = int(getattr(model, "stride", 1))
-    if height != width:
-        raise ValueError(
-            f"Cannot resize to {height}x{width}: the official position-embedding resize only "
-            f"handles square grids. Use a square image size, e.g. {max(height, width)}."
-        )
+    unit = "patch size times the ResNet stride" if getattr(model, "resnet", None) else "patch size"
+    for side in (height, width):
+        if side % stride:
+            lower = max(stride, side // stride * stride)
+            raise ValueError(
+                f"The resolution {side} is not a multiple of the model's stride {stride} (its "
+                f"{unit}). Use a multiple of {stride}, e.g. {lower} or {lower + stride}."
+            )
     old = tuple(getattr(model, "image_size", None) or (height, width))
-    if old[0] != old[1]:
-        raise ValueError(
-            f"The model's resolution {old[0]}x{old[1]} is not square; the official "
-            "position-embedding resize only handles square grids."
-        )
-    if height % stride:
-        lower = max(stride, height // stride * stride)
-        raise ValueError(
-            f"The resolution {height} is not a multiple of the model's stride {stride} (its patch "
-            f"size{' times the ResNet stride' if getattr(model, 'resnet', None) else ''}). "
-            f"Use a multiple of {stride}, e.g. {lower} or {lower + stride}."
-        )
     if getattr(model, "position_embedding", None) == "relative" and (height, width) != old:
         raise ValueError(
             "This model uses relative position embeddings, whose tables are sized by the number "

@@ -82,19 +82,48 @@ def test_resize_position_embedding_matches_official(case):
     source, expected = data[f"{case}_in"], data[f"{case}_out"]
     has_token = case.startswith("token")
     side = int(np.sqrt(expected.shape[1] - has_token))
-    got = keras_vit.resize_position_embedding(source, side, has_token)
-    assert got.dtype == source.dtype
-    np.testing.assert_allclose(got, expected, atol=1e-5)
-    np.testing.assert_allclose(keras_vit.resize_position_embedding(source, (side, side), has_token),
-                               expected, atol=1e-5)
+    old = int(np.sqrt(source.shape[1] - has_token))
+    # bit-identical to the official function on square grids, however the grids are given
+    for new_grid, old_grid in ((side, None), ((side, side), None), ((side, side), (old, old))):
+        got = keras_vit.resize_position_embedding(source, new_grid, has_token, old_grid)
+        assert got.dtype == source.dtype
+        np.testing.assert_array_equal(got, expected)
 
 
-def test_resize_position_embedding_rejects_non_square():
-    posemb = np.zeros((1, 17, 8), "float32")
-    with pytest.raises(ValueError, match="non-square"):
+def _linear_resize_reference(grid, rows, cols):
+    """Separable corner-aligned linear interpolation with np.interp, axis by axis."""
+    def axis(values, length):
+        old = values.shape[0]
+        points = np.arange(length) * ((old - 1) / (length - 1) if length > 1 else 0.0)
+        return np.stack([np.interp(points, np.arange(old), column) for column in values.T], 1)
+
+    by_rows = np.stack([axis(grid[:, c], rows) for c in range(grid.shape[1])], 1)
+    return np.stack([axis(by_rows[r], cols) for r in range(rows)], 0)
+
+
+@pytest.mark.parametrize("has_token", [True, False])
+def test_resize_position_embedding_any_grid(has_token):
+    rng = np.random.default_rng(26)
+    for old_grid, new_grid in (((3, 5), (7, 4)), ((4, 4), (2, 9)), ((6, 2), (6, 2)),
+                               ((2, 7), (1, 3)), ((1, 4), (5, 4))):
+        count = old_grid[0] * old_grid[1]
+        posemb = rng.normal(size=(1, count + has_token, 6)).astype("float32")
+        got = keras_vit.resize_position_embedding(posemb, new_grid, has_token, old_grid=old_grid)
+        grid = posemb[0, has_token:].reshape(*old_grid, 6).astype(np.float64)
+        expected = _linear_resize_reference(grid, *new_grid).reshape(1, -1, 6)
+        np.testing.assert_array_equal(got[:, :has_token], posemb[:, :has_token])
+        np.testing.assert_allclose(got[:, has_token:], expected, rtol=1e-6, atol=1e-6)
+
+
+def test_a_bare_non_square_table_needs_its_grid():
+    posemb = np.zeros((1, 16, 8), "float32")  # 15 grid rows and a class token: 3x5 or 5x3?
+    with pytest.raises(ValueError, match=r"not a square grid.*pass old_grid=\(rows, cols\)"):
         keras_vit.resize_position_embedding(posemb, (4, 6), True)
-    with pytest.raises(ValueError, match="not a square grid"):
-        keras_vit.resize_position_embedding(np.zeros((1, 13, 8), "float32"), 4, True)
+    with pytest.raises(ValueError, match="old_grid=.4, 4. has 16 positions.* 15 grid rows"):
+        keras_vit.resize_position_embedding(posemb, (4, 6), True, old_grid=(4, 4))
+    with pytest.raises(ValueError, match="new_grid must be an int or a .rows, cols. pair"):
+        keras_vit.resize_position_embedding(posemb, (4, 6, 1), True, old_grid=(3, 5))
+    assert keras_vit.resize_position_embedding(posemb, (4, 6), True, (5, 3)).shape == (1, 25, 8)
 
 
 def test_load_at_higher_resolution_resizes_position_embedding():
@@ -108,9 +137,25 @@ def test_load_at_higher_resolution_resizes_position_embedding():
     assert model(np.zeros((1, 48, 48, 3), "float32")).shape == (1, 10)
 
 
-def test_load_non_square_resolution_is_a_clear_error():
-    with pytest.raises(ValueError, match="non-square"):
-        keras_vit.load_checkpoint(fixture_path("vit_tiny_token_norep.npz"), image_size=(32, 48))
+def test_load_at_a_non_square_resolution(tmp_path):
+    path = fixture_path("vit_tiny_token_norep.npz")
+    model = keras_vit.load_checkpoint(path, image_size=(32, 48))
+    assert model.grid_size == (8, 12)
+    expected = keras_vit.resize_position_embedding(np.load(path)[official.POSEMB], (8, 12), True)
+    np.testing.assert_array_equal(_np(model.get_layer("posembed_input").pos_embedding), expected)
+    # an official file does not record its grid: a non-square one must be told it
+    wide = str(tmp_path / "wide.npz")
+    keras_vit.save_checkpoint(model, wide)
+    with pytest.raises(ValueError, match=r"not a square grid.*pass posemb_grid=\(rows, cols\)"):
+        keras_vit.load_checkpoint(wide)
+    back = keras_vit.load_checkpoint(wide, posemb_grid=(8, 12))
+    assert back.image_size == (32, 48)
+    for a, b in zip(back.get_weights(), model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    tall = keras_vit.load_checkpoint(wide, posemb_grid=(8, 12), image_size=(40, 24))
+    np.testing.assert_array_equal(
+        _np(tall.get_layer("posembed_input").pos_embedding),
+        keras_vit.resize_position_embedding(expected, (10, 6), True, old_grid=(8, 12)))
 
 
 def test_fine_tuning_head_and_pre_logits():

@@ -56,13 +56,27 @@ def test_resize_errors():
     model = _tiny()
     with pytest.raises(ValueError, match="not a multiple of the model's stride 4.*28 or 32"):
         keras_vit.resize_model(model, 30)
-    with pytest.raises(ValueError, match="square"):
-        keras_vit.resize_model(model, (16, 32))
-    wide = _tiny(image_size=(16, 32))
-    with pytest.raises(ValueError, match="not square"):
-        keras_vit.resize_model(wide, 32)
+    with pytest.raises(ValueError, match="resolution 18 is not a multiple .* 16 or 20"):
+        keras_vit.resize_model(model, (16, 18))
     with pytest.raises(ValueError, match="no config entries"):
         rebuild(model, image_sise=32)
+
+
+@pytest.mark.parametrize("classifier", ["token", "gap"])
+def test_resize_between_non_square_grids(classifier):
+    wide = _tiny(image_size=(12, 20), classifier=classifier)
+    assert wide.grid_size == (3, 5)
+    token = classifier == "token"
+    for size, grid in (((32, 16), (8, 4)), ((8, 36), (2, 9)), (24, (6, 6))):
+        resized = keras_vit.resize_model(wide, size)
+        assert resized.grid_size == grid
+        expected = keras_vit.resize_position_embedding(_posemb(wide), grid, token, (3, 5))
+        np.testing.assert_array_equal(_posemb(resized), expected)
+    # a square start keeps today's square result, and goes to a non-square grid as well
+    square = _tiny(classifier=classifier)
+    np.testing.assert_array_equal(
+        _posemb(keras_vit.resize_model(square, (20, 12))),
+        keras_vit.resize_position_embedding(_posemb(square), (5, 3), token))
 
 
 def test_resize_learned_2d_and_no_position_embeddings():
@@ -74,8 +88,12 @@ def test_resize_learned_2d_and_no_position_embeddings():
     expected = keras_vit.resize_position_embedding(table, 8, has_class_token=True)
     got = keras.ops.convert_to_numpy(new_layer.position_embeddings())
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
-    plain = keras_vit.resize_model(_tiny(position_embedding="none"), 32)
-    assert plain.image_size == (32, 32)
+    wide = keras_vit.resize_model(model, (12, 28))
+    expected = keras_vit.resize_position_embedding(table, (3, 7), has_class_token=True)
+    got = keras.ops.convert_to_numpy(wide.get_layer("posembed_input").position_embeddings())
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
+    plain = keras_vit.resize_model(_tiny(position_embedding="none"), (32, 8))
+    assert plain.image_size == (32, 8)
 
 
 def test_resize_every_layer_placement():
