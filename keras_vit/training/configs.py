@@ -7,8 +7,8 @@ the same defaults and rejects unknown keys.
 
 Example:
 >>> config = TrainConfig.from_dict({"epochs": 2})
->>> config.epochs, config.batch_size, config.learning_rate
-(2, 256, 0.004)
+>>> config.epochs, config.batch_size, config.learning_rate, config.time_budget
+(2, 256, 0.004, 600.0)
 >>> try:
 ...     TrainConfig.from_dict({"epoch": 2})
 ... except ValueError as error:
@@ -172,7 +172,12 @@ class TrainConfig(OutputOptions, PretrainingOptions, ModelOptions, AugmentationO
     batch_size: int = option(256, "global batch size", group="data")
     learning_rate: float = option(4e-3, group="optimization")
     label_smoothing: float = option(0.1, group="optimization")
-    epochs: int = option(40, group="optimization")
+    epochs: int | None = option(None, "fixed number of epochs (default: as many as "
+                                "--time-budget allows on this machine)", group="optimization")
+    time_budget: float = option(600.0, "wall-clock seconds of the whole run, evaluation and "
+                                "saving included: the epochs are planned from the step time "
+                                "measured before training, unless --epochs is given",
+                                group="optimization", metavar="SECONDS")
     clipnorm: float = option(1.0, "global gradient norm", group="optimization")
     validate: bool = option(True, "skip the test-set evaluations during training",
                             flag="--no-validate")
