@@ -115,7 +115,8 @@ def plan_epochs(budget_seconds, *, elapsed_seconds, costs, steps_per_epoch, eval
         raise ValueError(
             f"--time-budget {budget:g} s is too short: one epoch of {steps_per_epoch} steps "
             f"would end at about {expected:.0f} s on this machine ({costs.step_seconds * 1e3:.0f} "
-            f"ms a step, {elapsed_seconds:.0f} s spent before training). Give at least "
+            f"ms a step; {elapsed_seconds:.0f} s spent before training, "
+            f"{costs.measure_seconds:.0f} of them measuring). Give at least "
             f"{math.ceil(expected / (1 - MARGIN))} s, fewer --train-examples, or --epochs N.")
     return Plan(budget, elapsed_seconds, epochs, steps_per_epoch, epochs * steps_per_epoch,
                 evaluations(epochs), expected, costs)
