@@ -1,10 +1,13 @@
 """Accuracy and wall time of ``keras-vit train`` runs (default: the no-argument run).
 
-Runs the command line in a subprocess, times it from the outside, and prints one line per run
-with the test accuracy, the wall time, the process CPU time and the machine's load average (other
-processes sharing the CPU slow the wall time down; CPU time / cores is the unshared estimate).
+Runs the command line in a subprocess, times it from the outside, and prints the test accuracy,
+the wall time, the process CPU time, the machine's load average (other processes sharing the CPU
+slow the wall time down; CPU time / cores is the unshared estimate) and the run's plan: the step
+time it measured before training, the epochs it chose for its ``--time-budget`` and the time it
+expected. The verdict line checks the issue-26 bar: test accuracy >= 0.91 within the budget.
 
-    KERAS_BACKEND=jax python benchmarks/accuracy.py                      # the README number
+    python benchmarks/accuracy.py                      # the README's command, 600 s budget
+    python benchmarks/accuracy.py -- --time-budget 400 # the bar on an idle machine
     KERAS_BACKEND=jax python benchmarks/accuracy.py -- --model BiT-R26x1 --image-size 32
 """
 
@@ -36,6 +39,7 @@ def run(extra, output):
         "cpu_time_s": metrics.get("cpu_time_s"),
         "train_time_s": metrics["train_time_s"],
         "num_params": metrics["num_params"],
+        "plan": metrics.get("plan"),
         "load_average_before": load_before,
         "load_average_after": os.getloadavg(),
         "cpu_count": os.cpu_count(),
@@ -49,12 +53,22 @@ def main(argv):
     shutil.rmtree(output, ignore_errors=True)  # timed from scratch: never resume an old run
     result = run(extra, output)
     print(json.dumps(result, indent=2))
-    verdict = "meets" if result["test_accuracy"] >= 0.90 and result["wall_time_s"] <= 600 else \
-        "misses"
+    plan = result["plan"] or {}
+    budget = plan.get("budget_seconds") or 600
+    if "costs" in plan:
+        costs = plan["costs"]
+        print(f"plan: {costs['step_seconds'] * 1e3:.1f} ms a step ({costs['steps_measured']} "
+              f"steps measured), {plan['steps_per_epoch']} steps an epoch, {plan['epochs']} "
+              f"epochs, expected {plan['expected_seconds']:.0f} s of {budget:g} s")
+    else:
+        print(f"plan: {plan}")
+    verdict = "meets" if result["test_accuracy"] >= 0.91 and result["wall_time_s"] <= budget \
+        else "misses"
     print(f"test accuracy {result['test_accuracy']:.4f} in {result['wall_time_s']:.0f} s wall "
-          f"({verdict} the >= 90% in 10 minutes target); load average "
-          f"{result['load_average_before'][0]:.1f} -> {result['load_average_after'][0]:.1f} "
-          f"on {result['cpu_count']} cores")
+          f"({verdict} the >= 0.91 within {budget:g} s bar); backend {result['backend']}, load "
+          f"average {result['load_average_before'][0]:.1f} -> "
+          f"{result['load_average_after'][0]:.1f} on {result['cpu_count']} cores, "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     with open(os.path.join(output, "benchmark.json"), "w") as f:
         json.dump(result, f, indent=2)
 

@@ -9,6 +9,8 @@ One command, one table (issue 19):
     python benchmarks/train_step.py --device gpu --model vit-s16 --batch 512   # bf16
     python benchmarks/train_step.py --ops               # add torch's ATen op counts per step
     python benchmarks/train_step.py --impl timm "timm:gelu=erf"   # timm with its exact GELU
+    python benchmarks/train_step.py --impl tensorflow "tensorflow:mlp_dim=128" \
+        'tensorflow:dtype_policy="mixed_bfloat16"'    # another shape, CPU mixed precision
 
 The step is the one `keras-vit train` runs: AdamW (weight decay 0.05) on a warmup + cosine
 schedule, global-norm clipping at 1, softmax cross-entropy with label smoothing 0.1, accuracy
@@ -53,6 +55,7 @@ MODELS = {
                     classifier="token", batch=8, steps=3),
 }
 KERAS_BACKENDS = ("jax", "tensorflow", "torch")
+SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "mlp_dim", "classifier", "patch_size")
 IMPLEMENTATIONS = (*KERAS_BACKENDS, "timm", "timm-compile")
 # Dense (no sparsity) bf16 peaks in TFLOP/s, from the vendors' data sheets.
 PEAK_BF16_TFLOPS = {"H100 80GB HBM3": 989.0, "H100 PCIe": 756.0, "H100 NVL": 835.0,
@@ -102,10 +105,14 @@ def _keras_worker(spec, options, args):
     from keras_vit import create_model
     from keras_vit.training.recipes import classification_loss, pretraining_optimizer
 
-    if args.device == "gpu":
-        keras.config.set_dtype_policy("mixed_bfloat16")
-    overrides = {k: spec[k] for k in ("hidden_size", "num_layers", "num_heads", "mlp_dim",
-                                      "classifier")}
+    # Options that are not model.compile's: the model's shape and the dtype policy (issue 26:
+    # "tensorflow:mlp_dim=128", "tensorflow:dtype_policy=\"mixed_bfloat16\"").
+    shape = {k: options.pop(k) for k in SHAPE_KEYS if k in options}
+    policy = options.pop("dtype_policy", "mixed_bfloat16" if args.device == "gpu" else None)
+    if policy:
+        keras.config.set_dtype_policy(policy)
+    overrides = {k: spec[k] for k in SHAPE_KEYS if k in spec}
+    overrides.update(shape)
     model = create_model(spec["name"], image_size=spec["image_size"],
                          num_classes=spec["num_classes"], num_channels=spec["channels"],
                          **overrides)

@@ -43,6 +43,7 @@ def test_train_writes_the_run_folder(trained, capsys):
     assert metrics["augmentation"] == "pad_crop" and metrics["resize_size"] == 30
     assert metrics["config"]["label_smoothing"] == 0.1
     assert metrics["epochs_completed"] == 2 and metrics["optimizer_iterations"] == 8
+    assert metrics["plan"] == {"epochs": 2, "fixed": True}  # --epochs: no measured plan
     assert [r["epoch"] for r in metrics["history"]] == [1, 2]
     # the test set is evaluated every 4 epochs and after the last one
     assert ["val_accuracy" in r for r in metrics["history"]] == [False, True]
@@ -139,7 +140,8 @@ def test_pretrain_mpp_runs_whole_epochs(tmp_path, capsys):
 def test_train_defaults_are_the_measured_recipe():
     # docs/training.md measures exactly this run: change both together
     args = cli.build_parser().parse_args(["train"])
-    assert (args.dataset, args.batch_size, args.epochs) == ("fashion_mnist", 256, 40)
+    assert (args.dataset, args.batch_size, args.epochs) == ("fashion_mnist", 256, None)
+    assert args.time_budget == 600.0  # the epochs are planned to end within the 10 minutes
     assert (args.learning_rate, args.weight_decay, args.label_smoothing) == (4e-3, 0.05, 0.1)
     assert (args.augmentation, args.resize_size, args.model, args.set) == (None, None, None, [])
     name, overrides = runs.model_spec(vars(args), channels=1)

@@ -86,7 +86,17 @@ class AtomicBackup(keras.callbacks.BackupAndRestore):
 
 # Options a resumed run may change: output and validation do not change what is trained, and a
 # new --epochs stretches or shortens the schedule to the new total (train longer, or stop sooner).
-_RESUME_FREE = ("output", "verbose", "validate", "validate_every", "epochs")
+# A run planned from --time-budget records its planned epochs, which a resumed run keeps.
+_RESUME_FREE = ("output", "verbose", "validate", "validate_every", "epochs", "time_budget")
+
+
+def interrupted_run_config(run_dir):
+    """The options an interrupted run in ``run_dir`` was started with, or None (no backup)."""
+    path = os.path.join(run_dir, RUN_CONFIG)
+    if not (has_backup(run_dir) and os.path.exists(path)):
+        return None
+    with open(path) as f:
+        return json.load(f)
 
 
 def check_resume(run_dir, config):
@@ -98,9 +108,8 @@ def check_resume(run_dir, config):
     """
     path = os.path.join(run_dir, RUN_CONFIG)
     wanted = json.loads(json.dumps(config, default=_jsonable))
-    if has_backup(run_dir) and os.path.exists(path):
-        with open(path) as f:
-            started = json.load(f)
+    started = interrupted_run_config(run_dir)
+    if started is not None:
         changed = sorted(k for k in set(started) | set(wanted)
                          if k not in _RESUME_FREE and started.get(k) != wanted.get(k))
         if changed:

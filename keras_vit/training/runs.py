@@ -17,7 +17,7 @@ import numpy as np
 from keras_vit import data
 from keras_vit.distribution import check_batch_size
 from keras_vit.models.registry import create_model
-from keras_vit.training import configs, run_files
+from keras_vit.training import configs, planning, run_files
 from keras_vit.training.configs import DEFAULT_MODEL, DEFAULT_OVERRIDES
 from keras_vit.training.published import recipe
 from keras_vit.training.recipes import (
@@ -162,6 +162,12 @@ class _Scratch:
     steps_per_epoch: int
     augmentation: str
     resize_size: int | None
+    examples: object
+    pipeline_options: dict
+
+    def new_batches(self):
+        """Another pipeline of the same batches, from the start (for measuring)."""
+        return data.pipeline(self.examples, **self.pipeline_options)
 
 
 def _from_scratch(run, **pipeline_options):
@@ -173,16 +179,16 @@ def _from_scratch(run, **pipeline_options):
                                   max_examples=config.train_examples, shuffle_files=True)
     steps_per_epoch = _steps_per_epoch(examples, config.batch_size)
     augmentation, resize_size = config.crop(info, image_size, resize_size)
-    batches = data.pipeline(
-        examples, batch_size=config.batch_size, image_size=image_size,
-        num_classes=info.num_classes, training=True, augmentation=augmentation,
-        resize_size=resize_size, channels=_channels(model), repeat=True, seed=config.seed,
-        **pipeline_options)
-    return _Scratch(model, batches, steps_per_epoch, augmentation, resize_size)
+    options = dict(batch_size=config.batch_size, image_size=image_size,
+                   num_classes=info.num_classes, training=True, augmentation=augmentation,
+                   resize_size=resize_size, channels=_channels(model), repeat=True,
+                   seed=config.seed, **pipeline_options)
+    return _Scratch(model, data.pipeline(examples, **options), steps_per_epoch, augmentation,
+                    resize_size, examples, options)
 
 
-def _pretraining_optimizer(config, steps_per_epoch, **options):
-    total_steps = steps_per_epoch * config.epochs
+def _pretraining_optimizer(config, steps_per_epoch, epochs=None, **options):
+    total_steps = steps_per_epoch * (epochs or config.epochs)
     return pretraining_optimizer(
         total_steps, learning_rate=config.learning_rate,
         warmup_steps=_warmup(config.warmup_steps, steps_per_epoch, total_steps),
@@ -211,6 +217,13 @@ def _evaluate(model, dataset):
     return {f"test_{k}": float(v) for k, v in results.items()}
 
 
+def _count_batches(dataset):
+    """Batches in one pass of a finite evaluation pipeline."""
+    if hasattr(dataset, "cardinality"):
+        return _count(dataset)
+    return len(dataset)
+
+
 def _steps_per_epoch(examples, batch_size):
     """Full batches in one pass over ``examples`` (the epoch length of an endless pipeline)."""
     steps = _count(examples) // batch_size
@@ -236,9 +249,10 @@ def _validation_epochs(epochs, every):
     return sorted({*range(every, epochs + 1, every), epochs})
 
 
-def _resumable_callbacks(run):
+def _resumable_callbacks(run, epochs):
     """``(log, callbacks, resuming)``: the epoch log and a backup that resumes a killed run."""
-    resuming = run_files.check_resume(run.run_dir, run.config.to_dict())
+    recorded = dict(run.config.to_dict(), epochs=epochs)  # a planned length is kept for resuming
+    resuming = run_files.check_resume(run.run_dir, recorded)
     if resuming:
         print(f"Resuming the interrupted run in {run.run_dir}")
     log = run_files.EpochLog(run.run_dir, keep_existing=resuming)
@@ -248,32 +262,84 @@ def _resumable_callbacks(run):
     return log, [log, backup], resuming
 
 
-def train(config):
-    """Train a model from scratch (pre-training recipe: AdamW, warmup + decay, clipping).
+def _epoch_end_writes(model, folder):
+    """What ``train`` writes after an epoch of ``model`` (history, atomic backup) into ``folder``
+    (``planning.measure_costs`` times it)."""
+    for callback in (run_files.EpochLog(folder, keep_existing=True),
+                     run_files.AtomicBackup(os.path.join(folder, run_files.BACKUP))):
+        callback.set_model(model)
+        callback.on_epoch_begin(0)
+        callback.on_epoch_end(0, {"loss": 1.0})
 
-    ``config``: a ``TrainConfig`` or a dict of its fields. Resumes from ``<output>/backup`` when
-    an earlier run with the same output was interrupted.
-    """
-    config = configs.TrainConfig.coerce(config)
+
+def _check_train_config(config):
     if config.validate_every < 1:
         raise ValueError(f"--validate-every must be at least 1, got {config.validate_every}; "
                          "use --no-validate to skip the evaluations during training.")
+    if config.epochs is not None and config.epochs < 1:
+        raise ValueError(f"--epochs must be at least 1, got {config.epochs}; leave it out to "
+                         "plan the epochs from --time-budget.")
+    planning.check_budget(config.time_budget)
+
+
+def _evaluations(config):
+    """How many test-set evaluations a run of ``epochs`` makes: validations and the final one."""
+    def count(epochs):
+        validations = _validation_epochs(epochs, config.validate_every) if config.validate else []
+        return len(validations) + 1
+    return count
+
+
+def _plan(run, scratch, test_ds):
+    """``(epochs, plan)``: the fixed ``--epochs``, the length of the interrupted run this one
+    resumes, or the most epochs the budget allows (``keras_vit.training.planning``)."""
+    config = run.config
+    if config.epochs is not None:
+        return config.epochs, {"epochs": config.epochs, "fixed": True}
+    earlier = run_files.interrupted_run_config(run.run_dir)
+    if earlier is not None and earlier.get("epochs"):
+        return earlier["epochs"], {"epochs": earlier["epochs"], "resumed": True}
+    costs = planning.measure_costs(scratch.model, scratch.new_batches(), test_ds,
+                                   _count_batches(test_ds), epoch_end=_epoch_end_writes)
+    plan = planning.plan_epochs(config.time_budget, elapsed_seconds=time.time() - run.started,
+                                costs=costs, steps_per_epoch=scratch.steps_per_epoch,
+                                evaluations=_evaluations(config))
+    print(plan.describe())
+    return plan.epochs, plan.to_dict()
+
+
+def train(config):
+    """Train a model from scratch (pre-training recipe: AdamW, warmup + decay, clipping).
+
+    ``config``: a ``TrainConfig`` or a dict of its fields. Without ``epochs``, the run measures
+    its step time and plans as many epochs as fit ``time_budget`` seconds (``planning``).
+    Resumes from ``<output>/backup`` when an earlier run with the same output was interrupted.
+    """
+    config = configs.TrainConfig.coerce(config)
+    _check_train_config(config)
     model_name = model_spec(config)[0]
     run = _begin(config, model_name)
     scratch = _from_scratch(run, flip=not config.no_flip, mixup_alpha=config.mixup,
                             cache=run.info.source == "tfds" and config.train_examples is not None)
     model = scratch.model
     test_ds = _test_batches(run, model, config.batch_size)
-    _compile(model, _pretraining_optimizer(config, scratch.steps_per_epoch,
+    if config.epochs is None:  # measured on the train step the run compiles (any long schedule)
+        _compile(model, _pretraining_optimizer(config, scratch.steps_per_epoch, epochs=10**6,
+                                               global_clipnorm=config.clipnorm),
+                 config.label_smoothing)
+    epochs, plan = _plan(run, scratch, test_ds)
+    _compile(model, _pretraining_optimizer(config, scratch.steps_per_epoch, epochs=epochs,
                                            global_clipnorm=config.clipnorm),
              config.label_smoothing)
-    log, callbacks, resuming = _resumable_callbacks(run)
+    log, callbacks, resuming = _resumable_callbacks(run, epochs)
+    if plan.get("fixed"):
+        callbacks.append(planning.OverrunWarning(config.time_budget, run.started, epochs))
     # One endless iterator with a fixed epoch length: re-creating a tf.data iterator every epoch
     # doubled the step time of the default jax run on a 2-core CPU (from epoch 3: 170-184 against
     # 100-107 ms/step; epochs 3-7 took 78-86 s against 47-50 s).
-    model.fit(scratch.batches, epochs=config.epochs, steps_per_epoch=scratch.steps_per_epoch,
+    model.fit(scratch.batches, epochs=epochs, steps_per_epoch=scratch.steps_per_epoch,
               shuffle=False, validation_data=test_ds if config.validate else None,
-              validation_freq=_validation_epochs(config.epochs, config.validate_every),
+              validation_freq=_validation_epochs(epochs, config.validate_every),
               callbacks=callbacks, verbose=config.verbose)
     metrics = _evaluate(model, test_ds)
     metrics.update(
@@ -283,6 +349,7 @@ def train(config):
         augmentation=scratch.augmentation,
         resize_size=scratch.resize_size,
         optimizer_iterations=int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
+        plan=plan,
     )
     return run.finish(model, metrics, log, title=f"{model_name} on {run.info.name}")
 

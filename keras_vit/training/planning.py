@@ -1,0 +1,208 @@
+"""How many epochs fit a wall-clock budget: ``keras-vit train --time-budget`` (issue 26).
+
+A fixed epoch count ends on time only on the machine it was tuned on. ``measure_costs`` times
+this machine instead, before the learning-rate schedule is built: a few steps of the model's real
+compiled train step (the first call, which compiles, is timed apart), a few evaluation batches
+and one write of the weights (the backup every epoch makes). It then puts the model's variables
+back, so the run that follows trains exactly as ``--epochs`` with the planned number would; the
+measurement costs one extra compilation and a few dozen steps, and the plan counts that time too.
+``plan_epochs`` then takes the most epochs whose expected time fits the budget:
+
+>>> costs = Costs(step_seconds=0.05, compile_seconds=4.0, eval_seconds=1.5,
+...               eval_compile_seconds=1.0, epoch_overhead_seconds=0.2)
+>>> plan = plan_epochs(600.0, elapsed_seconds=12.0, costs=costs, steps_per_epoch=234,
+...                    evaluations=lambda epochs: epochs // 4 + 1)
+>>> plan.epochs, plan.steps, round(plan.expected_seconds, 1)
+(44, 10296, 561.6)
+
+44 epochs of 11.9 s, 12 evaluations, 4 + 1 s of compiling and 3 s of saving, after the 12 s spent
+before training: 561.6 s, within 95 % of 600 s (``MARGIN``); 45 epochs would end at 573.5 s.
+"""
+
+import dataclasses
+import math
+import os
+import tempfile
+import time
+
+import keras
+
+# Kept free of the plan: the load of other programs, step-time noise, the run's last writes.
+MARGIN = 0.05
+FINISH_SECONDS = 3.0  # model.keras, curves.png and metrics.json at the end
+WARMUP_STEPS = 3  # the first compiles; the next ones may still warm caches
+MEASURED_STEPS = 30
+EVAL_BATCHES = 4
+
+
+@dataclasses.dataclass
+class Costs:
+    """Seconds this machine takes for the parts of a run (``measure_costs``)."""
+
+    step_seconds: float
+    compile_seconds: float
+    eval_seconds: float  # one evaluation of the whole test set
+    eval_compile_seconds: float
+    epoch_overhead_seconds: float  # the backup and history written after each epoch
+    steps_measured: int = 0
+    measure_seconds: float = 0.0
+
+
+@dataclasses.dataclass
+class Plan:
+    """The epochs of a run and the time they are expected to take (``plan_epochs``)."""
+
+    budget_seconds: float
+    elapsed_seconds: float  # before training: data, model, measurement
+    epochs: int
+    steps_per_epoch: int
+    steps: int
+    evaluations: int
+    expected_seconds: float  # of the whole run, elapsed_seconds included
+    costs: Costs
+
+    def describe(self):
+        c = self.costs
+        return (f"Plan: {c.step_seconds * 1e3:.1f} ms a training step (measured over "
+                f"{c.steps_measured} steps, compilation excluded), {self.steps_per_epoch} steps an "
+                f"epoch, {c.eval_seconds:.1f} s a test-set evaluation; {self.epochs} epochs "
+                f"({self.steps} steps, {self.evaluations} evaluations) expected to end at "
+                f"{self.expected_seconds:.0f} s of the {self.budget_seconds:g} s budget "
+                f"(measuring took {c.measure_seconds:.1f} s).")
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+def check_budget(seconds):
+    """``seconds`` as a float, or a ``ValueError`` that says what a budget is."""
+    try:
+        value = float(seconds)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"--time-budget must be a positive, finite number of seconds, got "
+                         f"{seconds!r}; e.g. --time-budget 600 for 10 minutes, or --epochs N "
+                         "for a fixed length.")
+    return value
+
+
+def expected_seconds(epochs, *, elapsed_seconds, costs, steps_per_epoch, evaluations):
+    """Wall seconds of a whole run of ``epochs`` from the start (``elapsed_seconds`` spent)."""
+    count = evaluations(epochs)
+    per_epoch = steps_per_epoch * costs.step_seconds + costs.epoch_overhead_seconds
+    return (elapsed_seconds + costs.compile_seconds + epochs * per_epoch
+            + count * costs.eval_seconds + (costs.eval_compile_seconds if count else 0.0)
+            + FINISH_SECONDS)
+
+
+def plan_epochs(budget_seconds, *, elapsed_seconds, costs, steps_per_epoch, evaluations):
+    """The most epochs whose expected time stays within ``1 - MARGIN`` of the budget.
+
+    ``evaluations(epochs)``: how many times a run of that length evaluates the test set.
+    Raises ``ValueError`` when not even one epoch fits.
+    """
+    budget = check_budget(budget_seconds)
+    usable = budget * (1 - MARGIN)
+    options = dict(elapsed_seconds=elapsed_seconds, costs=costs,
+                   steps_per_epoch=steps_per_epoch, evaluations=evaluations)
+    per_epoch = steps_per_epoch * costs.step_seconds + costs.epoch_overhead_seconds
+    epochs = max(1, int((usable - elapsed_seconds) / max(per_epoch, 1e-9)))
+    while epochs > 1 and expected_seconds(epochs, **options) > usable:
+        epochs -= 1  # evaluations and fixed costs: step down to the largest that fits
+    expected = expected_seconds(epochs, **options)
+    if expected > usable:
+        raise ValueError(
+            f"--time-budget {budget:g} s is too short: one epoch of {steps_per_epoch} steps "
+            f"would end at about {expected:.0f} s on this machine ({costs.step_seconds * 1e3:.0f} "
+            f"ms a step; {elapsed_seconds:.0f} s spent before training, "
+            f"{costs.measure_seconds:.0f} of them measuring). Give at least "
+            f"{math.ceil(expected / (1 - MARGIN))} s, fewer --train-examples, or --epochs N.")
+    return Plan(budget, elapsed_seconds, epochs, steps_per_epoch, epochs * steps_per_epoch,
+                evaluations(epochs), expected, costs)
+
+
+class _StepClock(keras.callbacks.Callback):
+    """Times the train steps after the warm-up ones; stops the fit once ``max_seconds`` of
+    measured steps are done (a slow model need not run them all)."""
+
+    def __init__(self, max_seconds):
+        super().__init__()
+        self.max_seconds = max_seconds
+        self.begin = self.warm = self.last = None
+        self.steps = 0
+
+    def on_train_begin(self, logs=None):
+        self.begin = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        # The loss depends on the whole step: reading it waits for asynchronous backends.
+        float(keras.ops.convert_to_numpy((logs or {}).get("loss", 0.0)))
+        now = time.perf_counter()
+        if batch + 1 == WARMUP_STEPS:
+            self.warm = now
+        elif batch + 1 > WARMUP_STEPS:
+            self.last, self.steps = now, batch + 1 - WARMUP_STEPS
+            if now - self.warm > self.max_seconds and self.steps >= 2:
+                self.model.stop_training = True
+
+
+def _timed(function):
+    start = time.perf_counter()
+    function()
+    return time.perf_counter() - start
+
+
+def measure_costs(model, train_batches, test_batches, test_batch_count, epoch_end=None,
+                  max_seconds=10.0):
+    """Time a compiled ``model``'s train step, evaluation and per-epoch writes on this machine.
+
+    ``train_batches``: an endless training pipeline of the real batch size (used for a few
+    dozen steps); ``test_batches``: the test pipeline of ``test_batch_count`` batches;
+    ``epoch_end(model, folder)``: what the run writes after every epoch, done here into a
+    scratch folder (default: the weights). The model's variables are restored afterwards; the caller
+    compiles it afresh (a new optimizer), so the measurement leaves no trace in the run.
+    """
+    start = time.perf_counter()
+    saved = [keras.ops.convert_to_numpy(v) for v in model.variables]
+    clock = _StepClock(max_seconds)
+    model.fit(train_batches, epochs=1, steps_per_epoch=WARMUP_STEPS + MEASURED_STEPS,
+              shuffle=False, verbose=0, callbacks=[clock])
+    step = (clock.last - clock.warm) / clock.steps
+    compile_seconds = max(0.0, clock.warm - clock.begin - WARMUP_STEPS * step)
+    batches = min(EVAL_BATCHES, test_batch_count)
+    first = _timed(lambda: model.evaluate(test_batches, steps=1, verbose=0))
+    per_batch = _timed(lambda: model.evaluate(test_batches, steps=batches, verbose=0)) / batches
+    eval_seconds, eval_compile = per_batch * test_batch_count, max(0.0, first - per_batch)
+    epoch_end = epoch_end or (lambda model, folder: model.save_weights(
+        os.path.join(folder, "probe.weights.h5")))
+    with tempfile.TemporaryDirectory() as folder:
+        epoch_end(model, folder)  # the second write replaces the first, as every later one does
+        overhead = _timed(lambda: epoch_end(model, folder))
+    for variable, value in zip(model.variables, saved):
+        variable.assign(value)
+    return Costs(step, compile_seconds, eval_seconds, eval_compile, overhead, clock.steps,
+                 time.perf_counter() - start)
+
+
+class OverrunWarning(keras.callbacks.Callback):
+    """Says, after the second epoch, when a run of a fixed ``--epochs`` will overrun the budget."""
+
+    def __init__(self, budget_seconds, started, epochs):
+        super().__init__()
+        self.budget, self.started, self.epochs = budget_seconds, started, epochs
+        self.seen, self.epoch_start = 0, None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch_start = time.time()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.seen += 1
+        if self.seen != 2:  # the first epoch compiles; the second is a typical one
+            return
+        now = time.time()
+        projected = now - self.started + (self.epochs - epoch - 1) * (now - self.epoch_start)
+        if projected > self.budget * (1 + MARGIN):
+            print(f"Warning: --epochs {self.epochs} will take about {projected:.0f} s on this "
+                  f"machine, over the --time-budget of {self.budget:g} s; leave --epochs out to "
+                  "fit the budget.")
