@@ -11,11 +11,22 @@ the median over the rounds, as images/s, with the forward FLOPs of ``keras_vit.f
 multiply-add is 2 FLOPs) at the same size. The last line is the AxialResNet50 / BiT-R50x1 time
 per image at equal batch (goal: at most 1.5).
 
-Measured (2-core AMD EPYC, shared, load 9-11, 2026-11-25, jax, batch 2, 224 px, medians of 3
-rounds): see the run below.
+Measured (2-core AMD EPYC, shared, load 9-11, 2026-11-25 11:04-11:36 UTC, jax, batch 2,
+224 px, medians of 3 interleaved rounds, the default command):
 
-    model             GFLOPs    images/s
-    ViT-B/32            8.82       (run)
+    model              GFLOPs   images/s   ms/image
+    ViT-B/32             8.82       1.44      692.3
+    ViT-B/16            35.13       0.56     1779.5
+    Axial-ViT-B/32      19.29       0.62     1600.5
+    Axial-ViT-B/16      71.80       0.24     4123.7
+    BiT-R50x1            8.18       0.92     1088.2
+    AxialResNet50        8.11       0.57     1762.0
+    AxialResNet50 / BiT-R50x1 time per image: 1.62 (goal <= 1.5)
+
+The goal is not met on this machine (1.62x; an earlier quick run with the references' einsum
+formulation gave 1.7-2.1x at the same load). Like Fig. 13, the AxialResNet matches ResNet50 in
+FLOPs but not in speed; the Axial-ViTs cost about twice their ViT (2.3x the time at /16, here).
+Only jax was measured: tensorflow and torch were not run for lack of time.
 
 What was tried for ``PositionSensitiveAxialAttention`` (2026-11-25, jax on the same machine at
 load 10-11; one layer on a (2, 56, 56, 64) map with 8 heads, AxialResNet50's first stage;

@@ -272,7 +272,8 @@ def flops(model, image_size=None, **overrides):
     else:
         raise TypeError(
             f"flops counts keras_vit VisionTransformer and ResNetV2 models (Axial-ViT and "
-            f"AxialResNet included) and their registered names, got {type(model).__name__}; count other models with XLA's cost analysis "
+            f"AxialResNet included) and their registered names, got {type(model).__name__}; "
+            "count other models with XLA's cost analysis "
             "(jax.jit(f).lower(x).compile().cost_analysis())."
         )
     count = _vit_flops if issubclass(model_class, VisionTransformer) else _bit_flops
