@@ -13,6 +13,7 @@ from keras_vit.checkpoints.formats import load_checkpoint, save_checkpoint
 from keras_vit.checkpoints.keras_hub import from_keras_hub, to_keras_hub
 from keras_vit.layers.patching import PatchEmbedding, patchify
 from keras_vit.layers.position import resize_position_embedding
+from keras_vit.models.axial import AxialResNet, AxialVisionTransformer
 from keras_vit.models.compute import flops
 from keras_vit.models.memory import largest_batch, memory
 from keras_vit.models.registry import model_names
@@ -24,6 +25,8 @@ from keras_vit.pretrained import create_model
 __version__ = "0.1.0"
 
 __all__ = [
+    "AxialResNet",
+    "AxialVisionTransformer",
     "PatchEmbedding",
     "ResNetV2",
     "VisionTransformer",

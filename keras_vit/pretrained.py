@@ -31,6 +31,13 @@ def create_model(name, *, image_size=224, num_classes=1000, weights=None, **over
         return registry.create_model(name, image_size=image_size, num_classes=num_classes,
                                      **overrides)
     family, model_class, expected = registry.parse(name)
+    if family in registry.UNPUBLISHED:
+        raise ValueError(
+            f"No weights exist for {name!r}: {family} models (paper Appendix D.6) were never "
+            "published in the official, timm or transformers formats. Build it with "
+            "weights=None and train or fine-tune it, or load a .keras file with "
+            "keras.saving.load_model."
+        )
     model = load_checkpoint(weights, image_size=image_size, num_classes=num_classes, **overrides)
     found = registry.family_of(model, model.get_config())
     if found != family:

@@ -17,7 +17,7 @@ import pytest
 from keras.backend import standardize_dtype
 
 import keras_vit
-from keras_vit.layers import attention, encoder, patching, position, resnet, tokens
+from keras_vit.layers import attention, axial, encoder, patching, position, resnet, tokens
 from keras_vit.training import mpp, schedules
 
 TINY_VIT = dict(image_size=8, patch_size=4, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=16,
@@ -45,6 +45,36 @@ CASES = {
         lambda dtype: attention.MultiHeadSelfAttention(2, attention_dropout_rate=0.1,
                                                        relative_position=True, dtype=dtype),
         (2, 5, 8), "bfloat16"),
+    "AxialAttention": (
+        lambda dtype: attention.AxialAttention(2, axis=1, attention_dropout_rate=0.1,
+                                               relative_position=True, dtype=dtype),
+        (2, 3, 4, 8), "bfloat16"),
+    "AxialEncoderBlock": (
+        lambda dtype: axial.AxialEncoderBlock(2, 16, dropout_rate=0.1, approximate_gelu=False,
+                                              relative_position=True, layer_norm_epsilon=1e-5,
+                                              dtype=dtype),
+        (2, 3, 4, 8), "bfloat16"),
+    "AxialEncoder": (
+        lambda dtype: axial.AxialEncoder(1, 2, 16, (2, 3), position_embedding="learned_2d",
+                                         position_embedding_placement="every_layer",
+                                         dtype=dtype),
+        (2, 2, 3, 8), "bfloat16"),
+    "PositionSensitiveAxialAttention": (
+        lambda dtype: axial.PositionSensitiveAxialAttention(2, axis=1, dtype=dtype),
+        (2, 3, 4, 32), "bfloat16"),
+    "AxialUnit": (lambda dtype: axial.AxialUnit(32, strides=2, num_heads=2, dtype=dtype),
+                  (2, 4, 6, 32), "bfloat16"),
+    "AxialVisionTransformer": (
+        lambda dtype: keras_vit.AxialVisionTransformer(**dict(
+            TINY_VIT, classifier="token", representation_size=4, position_embedding="relative",
+            head_kernel_initializer="glorot_uniform", dtype=dtype)),
+        (2, 8, 8, 3), "float32"),
+    "AxialResNet": (
+        lambda dtype: keras_vit.AxialResNet(block_units=(1, 1), width_factor=0.5, num_heads=2,
+                                            num_classes=3, image_size=16, num_channels=1,
+                                            head_kernel_initializer="glorot_uniform",
+                                            head_bias_init=-1.0, dtype=dtype),
+        (2, 16, 16, 1), "float32"),
     "MlpBlock": (
         lambda dtype: encoder.MlpBlock(16, dropout_rate=0.1, approximate_gelu=False, dtype=dtype),
         (2, 5, 8), "bfloat16"),

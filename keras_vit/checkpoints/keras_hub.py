@@ -34,6 +34,7 @@ import keras
 import numpy as np
 
 from keras_vit.layers.encoder import LAYER_NORM_EPSILON
+from keras_vit.models.axial import refuse_checkpoint_format
 from keras_vit.models.vit import VisionTransformer
 
 
@@ -267,6 +268,7 @@ def to_keras_hub(model, *, strict=True):
 
 def _check_expressible(model, strict):
     """Refuses a keras_vit model that keras-hub's ViT cannot reproduce."""
+    refuse_checkpoint_format(model, "keras-hub")
     if not isinstance(model, VisionTransformer):
         raise TypeError(
             f"to_keras_hub expects a keras_vit VisionTransformer, got {type(model).__name__}; "

@@ -23,6 +23,7 @@ from keras_vit.checkpoints.base import (
     write_atomically,
 )
 from keras_vit.layers.position import table_grid
+from keras_vit.models.axial import refuse_checkpoint_format
 from keras_vit.models.resnet_v2 import ResNetV2
 from keras_vit.models.vit import VisionTransformer
 
@@ -243,6 +244,7 @@ def _family(tensors):
 
 def table_for(model):
     """The official key table of a keras_vit model."""
+    refuse_checkpoint_format(model, "official .npz")
     if isinstance(model, VisionTransformer):
         return vit_table(model)
     if isinstance(model, ResNetV2):

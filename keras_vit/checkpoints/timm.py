@@ -44,6 +44,7 @@ from keras_vit.checkpoints.base import (
 )
 from keras_vit.layers.position import table_grid
 from keras_vit.layers.resnet import ROOT_WIDTH, plain_number
+from keras_vit.models.axial import refuse_checkpoint_format
 from keras_vit.models.resnet_v2 import ResNetV2
 from keras_vit.models.vit import VisionTransformer
 
@@ -271,6 +272,7 @@ def bit_table(model):
 
 
 def table_for(model):
+    refuse_checkpoint_format(model, "timm")
     if isinstance(model, VisionTransformer):
         return vit_table(model)
     if isinstance(model, ResNetV2):

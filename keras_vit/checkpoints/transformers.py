@@ -39,6 +39,7 @@ from keras_vit.checkpoints.base import (
     write_atomically,
 )
 from keras_vit.checkpoints.timm import read_state_dict
+from keras_vit.models.axial import refuse_checkpoint_format
 from keras_vit.models.base import image_shape
 from keras_vit.models.vit import VisionTransformer
 
@@ -181,6 +182,7 @@ def layout(model, prefix):
 
 
 def check_expressible(model):
+    refuse_checkpoint_format(model, "transformers")
     if not isinstance(model, VisionTransformer) or model.resnet is not None:
         raise ValueError(
             "transformers' ViT has no ResNet stem and no BiT model; save hybrids and ResNetV2 "

@@ -167,3 +167,86 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             relative_position=self.relative_position,
         )
         return config
+
+
+def fold_axis(x, axis):
+    """(batch, H, W, D) -> (batch * other, length, D): the sequences along ``axis`` (1 or 2)."""
+    if axis == 1:
+        x = ops.transpose(x, (0, 2, 1, 3))
+    shape = ops.shape(x)
+    return ops.reshape(x, (-1, shape[2], shape[3]))
+
+
+def unfold_axis(x, axis, grid_shape):
+    """The inverse of ``fold_axis`` for a grid of shape ``grid_shape`` (batch, H, W, D)."""
+    batch, rows, cols = grid_shape[0], grid_shape[1], grid_shape[2]
+    if axis == 2:
+        return ops.reshape(x, (batch, rows, cols, -1))
+    return ops.transpose(ops.reshape(x, (batch, cols, rows, -1)), (0, 2, 1, 3))
+
+
+def check_axis(axis):
+    if axis not in (1, 2):
+        raise ValueError(
+            f"axis must be 1 (attend along the height: within each column) or 2 (along the "
+            f"width: within each row) of a (batch, height, width, channels) grid; got {axis!r}."
+        )
+    return int(axis)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class AxialAttention(MultiHeadSelfAttention):
+    """Multi-head self-attention along one axis of a (batch, H, W, D) grid (paper Appendix D.6).
+
+    ``axis=2`` attends within each row (along the width), ``axis=1`` within each column (along
+    the height); the other axis is folded into the batch, so every row (column) is one
+    sequence for ``MultiHeadSelfAttention``, whose weights, fast path and
+    ``return_attention_scores`` path this layer keeps. The probabilities come back as
+    (batch, other, heads, length, length): row r (or column c) of the grid, then the usual
+    (heads, query, key). ``relative_position=True`` learns 1-D relative logits along the axis.
+
+    Example:
+    >>> import numpy as np
+    >>> layer = AxialAttention(num_heads=2, axis=1)
+    >>> y, probs = layer(np.ones((2, 3, 4, 8), "float32"), return_attention_scores=True)
+    >>> tuple(y.shape), tuple(probs.shape)
+    ((2, 3, 4, 8), (2, 4, 2, 3, 3))
+    """
+
+    def __init__(self, num_heads, axis=2, attention_dropout_rate=0.0, relative_position=False,
+                 **kwargs):
+        super().__init__(num_heads, attention_dropout_rate, relative_position, **kwargs)
+        self.axis = check_axis(axis)
+
+    def build(self, input_shape):
+        if len(input_shape) != 4:
+            raise ValueError(
+                f"AxialAttention takes a (batch, height, width, channels) grid, got shape "
+                f"{tuple(input_shape)}; use MultiHeadSelfAttention for a 1-D sequence."
+            )
+        super().build((None, input_shape[self.axis], input_shape[-1]))
+
+    def call(self, inputs, training=None, return_attention_scores=False, bias=None):
+        shape = ops.shape(inputs)
+        out = super().call(fold_axis(inputs, self.axis), training=training,
+                           return_attention_scores=return_attention_scores, bias=bias)
+        if not return_attention_scores:
+            return unfold_axis(out, self.axis, shape)
+        out, probs = out
+        other = shape[3 - self.axis]
+        length = shape[self.axis]
+        probs = ops.reshape(probs, (shape[0], other, self.num_heads, length, length))
+        return unfold_axis(out, self.axis, shape), probs
+
+    def compute_output_spec(self, inputs, training=None, return_attention_scores=False, bias=None):
+        out = keras.KerasTensor(inputs.shape, dtype=inputs.dtype)
+        if not return_attention_scores:
+            return out
+        batch, length, other = inputs.shape[0], inputs.shape[self.axis], inputs.shape[3 - self.axis]
+        shape = (batch, other, self.num_heads, length, length)
+        return out, keras.KerasTensor(shape, dtype="float32")
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(axis=self.axis)
+        return config

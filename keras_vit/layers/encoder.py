@@ -21,7 +21,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.attention import AxialAttention, MultiHeadSelfAttention
 from keras_vit.layers.position import (
     PLACEMENTS,
     POSITION_EMBEDDINGS,
@@ -141,10 +141,12 @@ class EncoderBlock(keras.layers.Layer):
         relative_position=False,
         remat=False,
         layer_norm_epsilon=LAYER_NORM_EPSILON,
+        attention_axis=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.attention_axis = None if attention_axis is None else int(attention_axis)
         self.num_heads = int(num_heads)
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
@@ -158,13 +160,15 @@ class EncoderBlock(keras.layers.Layer):
                 "forward pass would draw new dropout masks. Set the rates to 0 or remat=False."
             )
         self.LayerNorm_0 = layer_norm("LayerNorm_0", self.dtype_policy, self.layer_norm_epsilon)
-        self.MultiHeadDotProductAttention_1 = MultiHeadSelfAttention(
-            self.num_heads,
-            attention_dropout_rate=self.attention_dropout_rate,
-            relative_position=self.relative_position,
-            dtype=self.dtype_policy,
-            name="MultiHeadDotProductAttention_1",
-        )
+        attention = dict(attention_dropout_rate=self.attention_dropout_rate,
+                         relative_position=self.relative_position, dtype=self.dtype_policy,
+                         name="MultiHeadDotProductAttention_1")
+        if self.attention_axis is None:
+            self.MultiHeadDotProductAttention_1 = MultiHeadSelfAttention(
+                self.num_heads, **attention)
+        else:
+            self.MultiHeadDotProductAttention_1 = AxialAttention(
+                self.num_heads, axis=self.attention_axis, **attention)
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
         self.LayerNorm_2 = layer_norm("LayerNorm_2", self.dtype_policy, self.layer_norm_epsilon)
         self.MlpBlock_3 = MlpBlock(
@@ -220,6 +224,7 @@ class EncoderBlock(keras.layers.Layer):
             relative_position=self.relative_position,
             remat=self.remat,
             layer_norm_epsilon=self.layer_norm_epsilon,
+            attention_axis=self.attention_axis,
         )
         return config
 
@@ -289,6 +294,8 @@ class Encoder(keras.layers.Layer):
     (2, 21, 32)
     """
 
+    block_class = EncoderBlock  # the block type; AxialEncoder uses axial pairs
+
     def __init__(
         self,
         num_layers,
@@ -337,7 +344,7 @@ class Encoder(keras.layers.Layer):
         self._block_positions = [by_name.get(n) for n in block_names]
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=dtype, name="dropout")
         self.blocks = [
-            EncoderBlock(
+            self.block_class(
                 self.num_heads,
                 self.mlp_dim,
                 dropout_rate=self.dropout_rate,
@@ -389,6 +396,10 @@ class Encoder(keras.layers.Layer):
         return self._stem_position or self._block_positions[int(block)]
 
     def _add_position(self, layer, tokens, grid):
+        return tokens + ops.cast(self._position_table(layer, grid), tokens.dtype)
+
+    def _position_table(self, layer, grid):
+        """The layer's (1, N, D) table on ``grid``, interpolated when not the learned grid."""
         table = layer.position_embeddings()
         # A grid known only in the graph (a tensor) is interpolated: for the learned size that is
         # an exact identity, as the interpolation weights are then exactly 0 and 1.
@@ -397,7 +408,7 @@ class Encoder(keras.layers.Layer):
             table = interpolate_position_embedding(
                 table, self.position_embedding_grid, grid, self.cls is not None
             )
-        return tokens + ops.cast(table, tokens.dtype)
+        return table
 
     def embed(self, grid_tokens, training=None):
         """The sequence entering block 0: flattened grid, class token, stem position, dropout."""

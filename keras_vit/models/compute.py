@@ -24,7 +24,8 @@ import inspect
 import types
 
 from keras_vit.layers.resnet import check_units, hybrid_stride, root_width, stage_strides
-from keras_vit.models.base import image_shape
+from keras_vit.models.axial import AxialResNet, AxialVisionTransformer
+from keras_vit.models.base import ConfiguredModel, image_shape
 from keras_vit.models.registry import parse
 from keras_vit.models.resnet_v2 import ResNetV2
 from keras_vit.models.vit import VisionTransformer, vit_arguments
@@ -83,11 +84,27 @@ def _conv(side, kernel, channels_in, channels_out):
     return 2 * side[0] * side[1] * kernel * kernel * channels_in * channels_out
 
 
-def _resnet(side, channels, stages, width_factor):
+def _conv3x3(side_in, side_out, features):
+    return _conv(side_out, 3, features, features)
+
+
+def _axial_pair(side_in, side_out, features):
+    """An AxialUnit's column and row attention on the unit's input map (heads do not count).
+
+    Per position and layer: the 1x1 projection to 2C, then over the L positions of its axis
+    q.k, q.r^q, k.r^k (C/2 wide in all heads) and the probabilities times v and r^v (C wide).
+    """
+    positions = side_in[0] * side_in[1]
+    projection = 2 * positions * features * 2 * features
+    return sum(projection + 2 * positions * 3.5 * features * length for length in side_in)
+
+
+def _resnet(side, channels, stages, width_factor, middle=_conv3x3):
     """FLOPs of a BiT/hybrid ResNet (root 7x7/2, max-pool /2, bottleneck stages) and its output.
 
-    Both styles have the same convolutions: conv1 1x1, conv2 3x3 carrying the stride, conv3 1x1
-    to 4x the width, and a strided 1x1 projection in each stage's first unit.
+    Both styles have the same convolutions: conv1 1x1, conv2 3x3 carrying the stride (``middle``
+    counts what replaces it: ``_axial_pair`` for the AxialResNet), conv3 1x1 to 4x the width,
+    and a strided 1x1 projection in each stage's first unit.
     """
     width = root_width(width_factor)
     side = (_ceil_half(side[0]), _ceil_half(side[1]))
@@ -99,7 +116,7 @@ def _resnet(side, channels, stages, width_factor):
         for unit in range(units):
             stride = stage_stride if unit == 0 else 1
             out = (-(-side[0] // stride), -(-side[1] // stride))
-            total += _conv(side, 1, channels, features) + _conv(out, 3, features, features)
+            total += _conv(side, 1, channels, features) + int(middle(side, out, features))
             total += _conv(out, 1, features, 4 * features)
             if channels != 4 * features or stride != 1:
                 total += _conv(out, 1, channels, 4 * features)
@@ -118,14 +135,23 @@ def _vit_flops(model, height, width):
     patch = model.patch_size
     grid = (side[0] // patch, side[1] // patch)
     dim, layers = model.hidden_size, model.num_layers
-    tokens = grid[0] * grid[1] + (model.classifier == "token")
+    cls = model.classifier == "token"
+    if getattr(model, "axial", False) or isinstance(model, AxialVisionTransformer):
+        # Axial-ViT: a row and a column block per layer, the class token a class row.
+        tokens = (grid[0] + cls) * grid[1]
+        spans = (grid[1], grid[0] + cls)
+    else:
+        tokens = grid[0] * grid[1] + cls
+        spans = (tokens,)
     parts["patch_embedding"] = _conv(grid, patch, channels, dim)
-    parts["attention_projections"] = layers * 2 * tokens * dim * 4 * dim
-    matrix = 2 * 2 * tokens * tokens * dim  # q k^T, then the probabilities times v
-    if model.position_embedding == "relative":
-        matrix += 2 * tokens * (2 * tokens - 1) * dim  # queries against the offset table
+    parts["attention_projections"] = layers * len(spans) * 2 * tokens * dim * 4 * dim
+    matrix = 0
+    for span in spans:  # every token against the span keys: q k^T, then probabilities times v
+        matrix += 2 * 2 * tokens * span * dim
+        if model.position_embedding == "relative":
+            matrix += 2 * tokens * (2 * span - 1) * dim  # queries against the offset table
     parts["attention_matrix"] = layers * matrix
-    parts["mlp"] = layers * 2 * 2 * tokens * dim * model.mlp_dim
+    parts["mlp"] = layers * len(spans) * 2 * 2 * tokens * dim * model.mlp_dim
     width_in, head = dim, 0
     if model.representation_size is not None:
         head += 2 * dim * model.representation_size
@@ -137,8 +163,9 @@ def _vit_flops(model, height, width):
 
 
 def _bit_flops(model, height, width):
+    middle = _axial_pair if getattr(model, "num_heads", None) else _conv3x3
     root, stages, _, channels = _resnet(
-        (height, width), model.num_channels, model.block_units, model.width_factor)
+        (height, width), model.num_channels, model.block_units, model.width_factor, middle)
     head = 0 if model.num_classes is None else 2 * channels * model.num_classes
     return {"stem": root, "stages": stages, "head": head}
 
@@ -166,9 +193,15 @@ def _check_size(model, image_size):
 
 
 def _defaults(model_class):
-    return {key: parameter.default
-            for key, parameter in inspect.signature(model_class).parameters.items()
-            if parameter.default is not inspect.Parameter.empty}
+    """The constructor defaults, a subclass's over its bases' (Axial-ViT over ViT)."""
+    defaults = {}
+    for klass in reversed(model_class.__mro__):
+        if "__init__" in vars(klass) and issubclass(klass, ConfiguredModel) and (
+                klass is not ConfiguredModel):
+            defaults.update({key: parameter.default
+                             for key, parameter in inspect.signature(klass).parameters.items()
+                             if parameter.default is not inspect.Parameter.empty})
+    return defaults
 
 
 def _configuration(name, image_size, num_classes, overrides):
@@ -184,8 +217,9 @@ def _configuration(name, image_size, num_classes, overrides):
     config.update(overrides, image_size=image_size, num_classes=num_classes)
     arguments = {**_defaults(model_class), **config}
     arguments.pop("name"), arguments.pop("dtype")
-    if model_class is VisionTransformer:
+    if issubclass(model_class, VisionTransformer):
         arguments = vit_arguments(**arguments)
+        arguments["axial"] = issubclass(model_class, AxialVisionTransformer)
         resnet = arguments["resnet"]
         stem = 1 if resnet is None else hybrid_stride(resnet.get("num_layers", (3, 4, 9)))
         arguments["stride"] = arguments["patch_size"] * stem
@@ -203,7 +237,8 @@ def flops(model, image_size=None, **overrides):
     pre-training compute (Table 6) is this x 3 (forward and backward) x images seen.
 
     Args:
-        model: a ``VisionTransformer`` (plain or hybrid) or a ``ResNetV2`` (BiT), or a
+        model: a ``VisionTransformer`` (plain, hybrid or Axial-ViT), a ``ResNetV2`` (BiT) or an
+            ``AxialResNet``, or a
             registered name (``"ViT-H/14"``, ``"R50+ViT-B/16"``, ``"BiT-R200x3"``), counted from
             its configuration without building the model.
         image_size: int or (height, width); by default the model's own, 224 for a name.
@@ -232,12 +267,13 @@ def flops(model, image_size=None, **overrides):
     elif overrides:
         raise TypeError(f"flops takes {', '.join(sorted(overrides))} only with a model name; a "
                         "built model has its configuration already.")
-    elif isinstance(model, (VisionTransformer, ResNetV2)):
+    elif isinstance(model, (VisionTransformer, ResNetV2, AxialResNet)):
         model_class = type(model)
     else:
         raise TypeError(
-            f"flops counts keras_vit VisionTransformer and ResNetV2 models and their registered "
-            f"names, got {type(model).__name__}; count other models with XLA's cost analysis "
+            f"flops counts keras_vit VisionTransformer and ResNetV2 models (Axial-ViT and "
+            f"AxialResNet included) and their registered names, got {type(model).__name__}; "
+            "count other models with XLA's cost analysis "
             "(jax.jit(f).lower(x).compile().cost_analysis())."
         )
     count = _vit_flops if issubclass(model_class, VisionTransformer) else _bit_flops

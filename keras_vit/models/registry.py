@@ -14,6 +14,9 @@ configuration, and the published names (``PUBLISHED``):
   ``"R+ViT-Ti/16"`` is the AugReg ``R_Ti_16`` model: the ResNet root alone (/4) with 8x8 patches
   on its output, as the official config has it (its total downsampling is therefore 32; the
   name is the published one). AugReg spellings (``"R26_S_32"``) are accepted too.
+- ``"Axial-ViT-B/16"``, ``"Axial-ViT-B/32"`` (any size and patch): the ViT with axial blocks,
+  and ``"AxialResNet50"`` (any BiT depth, width ``x2``...): paper Appendix D.6, Fig. 13. No
+  weights are published for them (``keras_vit.models.axial``).
 
 Loading weights by name is ``keras_vit.create_model(name, weights=...)`` (``keras_vit.pretrained``):
 models import nothing from checkpoints.
@@ -21,6 +24,7 @@ models import nothing from checkpoints.
 
 import re
 
+from keras_vit.models.axial import AxialResNet, AxialVisionTransformer
 from keras_vit.models.resnet_v2 import ResNetV2
 from keras_vit.models.vit import VisionTransformer
 
@@ -69,6 +73,14 @@ def _bit(depth, width):
     return ResNetV2, dict(block_units=BIT_DEPTHS[int(depth)], width_factor=int(width))
 
 
+def _axial_vit(size, patch):
+    return AxialVisionTransformer, _vit(size, patch)[1]
+
+
+def _axial_resnet(depth, width):
+    return AxialResNet, dict(block_units=BIT_DEPTHS[int(depth)], width_factor=int(width or 1))
+
+
 # family -> (name pattern, configuration of the parsed groups, published names).
 FAMILIES = {
     "ViT": (
@@ -86,7 +98,13 @@ FAMILIES = {
         ["BiT-R50x1", "BiT-R50x2", "BiT-R50x3", "BiT-R101x1", "BiT-R101x3", "BiT-R152x1",
          "BiT-R152x2", "BiT-R152x4", "BiT-R200x3"],
     ),
+    "Axial-ViT": (r"Axial-ViT-(Ti|S|B|L|H)[/_](\d+)", _axial_vit,
+                  ["Axial-ViT-B/16", "Axial-ViT-B/32"]),
+    "AxialResNet": (r"AxialResNet(26|50|101|152|200)(?:x([1-9]\d*))?", _axial_resnet,
+                    ["AxialResNet50"]),
 }
+# Families without published weights: create_model(..., weights=...) refuses them.
+UNPUBLISHED = ("Axial-ViT", "AxialResNet")
 _PATTERNS = {family: re.compile(pattern) for family, (pattern, _, _) in FAMILIES.items()}
 PUBLISHED = [name for _, _, names in FAMILIES.values() for name in names]
 _HINTS = ["ViT-Ti/4 (any ViT size with any patch size)", "BiT-R26x1 (any depth 26/50/101/152/200, "
@@ -130,8 +148,14 @@ def hybrid_config(name):
 
 def family_of(model_or_class, config):
     """The family name (a ``FAMILIES`` key) of a model class and its configuration."""
-    if model_or_class is ResNetV2 or isinstance(model_or_class, ResNetV2):
-        return "BiT ResNetV2"
+    def kind(cls):
+        return model_or_class is cls or isinstance(model_or_class, cls) or (
+            isinstance(model_or_class, type) and issubclass(model_or_class, cls))
+
+    for cls, family in ((AxialResNet, "AxialResNet"), (AxialVisionTransformer, "Axial-ViT"),
+                        (ResNetV2, "BiT ResNetV2")):
+        if kind(cls):
+            return family
     return "ViT" if config.get("resnet") is None else "hybrid ResNet+ViT"
 
 

@@ -170,6 +170,8 @@ class VisionTransformer(ConfiguredModel):
     (2, 10)
     """
 
+    encoder_class = Encoder  # the encoder layer; Axial-ViT's is AxialEncoder
+
     def __init__(
         self,
         image_size,
@@ -212,7 +214,7 @@ class VisionTransformer(ConfiguredModel):
         inputs = keras.Input((*sides, args["num_channels"]), name="images")
         x = inputs if stem is None else stem(inputs)
         x = PatchEmbedding(patch_size, hidden_size, flatten=False, dtype=dtype, name="embedding")(x)
-        x = Encoder(
+        x = type(self).encoder_class(
             num_layers, num_heads, mlp_dim, args["position_embedding_grid"] or grid or (1, 1),
             classifier=classifier, dropout_rate=dropout_rate,
             attention_dropout_rate=attention_dropout_rate, approximate_gelu=approximate_gelu,

@@ -44,6 +44,10 @@ COUNTS = {
     "R50+ViT-L/32": 328_994_856,
     "R26+ViT-S/32": 36_431_912,
     "R+ViT-Ti/16": 6_337_704,
+    # Closed forms and the reference implementation's counts: tests/models/test_axial_models.py.
+    "Axial-ViT-B/16": 171_622_120,
+    "Axial-ViT-B/32": 173_278_696,
+    "AxialResNet50": 19_373_640,
 }
 # Paper Table 1, in millions (ViT-Base, ViT-Huge).
 TABLE_1 = {"B": 86, "H": 632}

@@ -1,0 +1,336 @@
+"""Axial attention (paper Appendix D.6, Fig. 13): the blocks of Axial-ViT and AxialResNet.
+
+Axial-ViT replaces each Transformer block by two axial blocks, self-attention + MLP within each
+row of the patch grid, then within each column (``AxialEncoderBlock``); ``AxialEncoder`` is the
+``Encoder`` with these pairs on a 2-D grid. A class token becomes a class row: the token (with
+its position embedding) is copied above every column, so each copy attends within its column
+and the copies then attend to each other within their row; the pooled token is the first copy.
+
+AxialResNet (after Wang et al. 2020, Axial-DeepLab) replaces every 3x3 convolution of a ResNet
+by a column then a row ``PositionSensitiveAxialAttention``: attention along one axis whose
+queries, keys and values each have learned relative position embeddings (``AxialUnit``).
+"""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_vit.layers.attention import check_axis
+from keras_vit.layers.encoder import LAYER_NORM_EPSILON, Encoder, EncoderBlock
+from keras_vit.layers.resnet import group_norm, standardized_conv
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class AxialEncoderBlock(keras.layers.Layer):
+    """Two axial Transformer blocks on a (batch, H, W, D) grid: ``row`` then ``column``.
+
+    ``row`` is an ``EncoderBlock`` whose attention runs within each row (``attention_axis=2``),
+    ``column`` one within each column (``attention_axis=1``). Arguments as ``EncoderBlock``;
+    ``relative_position`` gives each attention 1-D relative logits along its axis. With
+    ``return_attention_scores=True`` it also returns ``[row_probs, column_probs]``, of shapes
+    (batch, H, heads, W, W) and (batch, W, heads, H, H).
+
+    Example:
+    >>> import numpy as np
+    >>> block = AxialEncoderBlock(num_heads=2, mlp_dim=16)
+    >>> tuple(block(np.ones((2, 3, 4, 8), "float32")).shape)
+    (2, 3, 4, 8)
+    """
+
+    def __init__(self, num_heads, mlp_dim, dropout_rate=0.0, attention_dropout_rate=0.0,
+                 approximate_gelu=True, relative_position=False, remat=False,
+                 layer_norm_epsilon=LAYER_NORM_EPSILON, **kwargs):
+        super().__init__(**kwargs)
+        self.arguments = dict(
+            num_heads=int(num_heads), mlp_dim=int(mlp_dim), dropout_rate=float(dropout_rate),
+            attention_dropout_rate=float(attention_dropout_rate),
+            approximate_gelu=bool(approximate_gelu), relative_position=bool(relative_position),
+            remat=bool(remat), layer_norm_epsilon=float(layer_norm_epsilon))
+        self.num_heads = self.arguments["num_heads"]
+        self.row = EncoderBlock(**self.arguments, attention_axis=2, dtype=self.dtype_policy,
+                                name="row")
+        self.column = EncoderBlock(**self.arguments, attention_axis=1, dtype=self.dtype_policy,
+                                   name="column")
+
+    def build(self, input_shape):
+        self.row.build(input_shape)
+        self.column.build(input_shape)
+
+    def call(self, inputs, training=None, return_attention_scores=False):
+        if not return_attention_scores:
+            return self.column(self.row(inputs, training=training), training=training)
+        x, row = self.row(inputs, training=training, return_attention_scores=True)
+        x, column = self.column(x, training=training, return_attention_scores=True)
+        return x, [row, column]
+
+    def compute_output_spec(self, inputs, training=None, return_attention_scores=False):
+        out = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
+        if not return_attention_scores:
+            return out
+        probs = [block.MultiHeadDotProductAttention_1.compute_output_spec(inputs, None, True)[1]
+                 for block in (self.row, self.column)]
+        return out, probs
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(self.arguments)
+        return config
+
+
+def _class_row(tokens, grid, has_class_token):
+    """(batch, N, D) tokens (class token first, if any) -> the (batch, H(+1), W, D) grid.
+
+    The class token is copied above every column as a class row.
+    """
+    rows, cols = grid
+    patches = tokens[:, 1:] if has_class_token else tokens
+    patches = ops.reshape(patches, (ops.shape(tokens)[0], rows, cols, ops.shape(tokens)[-1]))
+    if not has_class_token:
+        return patches
+    cls = ops.expand_dims(tokens[:, :1], 1)  # (batch, 1, 1, D), broadcast over the columns
+    return ops.concatenate([cls + ops.zeros_like(patches[:, :1]), patches], axis=1)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class AxialEncoder(Encoder):
+    """The ``Encoder`` of Axial-ViT: ``encoderblock_{i}`` are ``AxialEncoderBlock`` pairs.
+
+    Same arguments, weights and position options as ``Encoder`` (learned 1-D/2-D tables with
+    their placements and any-size interpolation, 1-D relative logits along each axis, none).
+    The tokens stay a 2-D grid through the blocks; with ``classifier="token"`` the class token
+    is a class row on top of it. Output: the grid flattened row-major, (batch, (H(+1)) * W, D),
+    class row first, so ``TokenPooling`` takes the first class-row token or the mean.
+
+    Example:
+    >>> import numpy as np
+    >>> encoder = AxialEncoder(num_layers=1, num_heads=2, mlp_dim=16,
+    ...                        position_embedding_grid=(3, 4))
+    >>> tuple(encoder(np.ones((2, 3, 4, 8), "float32")).shape)  # class row: (3 + 1) * 4
+    (2, 16, 8)
+    """
+
+    block_class = AxialEncoderBlock
+
+    def _grid_shape(self, rows, cols):
+        return (None if rows is None else rows + (self.cls is not None)), cols
+
+    def build(self, input_shape):
+        batch, rows, cols, dim = input_shape
+        if self.position_embedding == "relative" and None in (rows, cols):
+            raise ValueError(
+                "Relative position embeddings are sized by the grid and need a fixed image "
+                "size; give the model an image_size, or use a 'learned_1d' or 'learned_2d' "
+                "embedding for any size at call time."
+            )
+        if self.cls is not None:
+            self.cls.build((batch, None, dim))
+        learned = (batch, self._num_tokens(*self.position_embedding_grid), dim)
+        for layer in self.position_layers:
+            layer.build(learned)
+        grid = (batch, *self._grid_shape(rows, cols), dim)
+        for block in self.blocks:
+            block.build(grid)
+        self.encoder_norm.build(grid)
+
+    def call(self, inputs, training=None, return_attention_scores=False):
+        x, grid = self.embed(inputs, training=training)
+        has_cls = self.cls is not None
+        x = _class_row(x, grid, has_cls)
+        probs = []
+        for block, position in zip(self.blocks, self._block_positions):
+            if position is not None:
+                table = _class_row(self._position_table(position, grid), grid, has_cls)
+                x = x + ops.cast(table, x.dtype)
+            if return_attention_scores:
+                x, p = block(x, training=training, return_attention_scores=True)
+                probs.extend(p)
+            else:
+                x = block(x, training=training)
+        x = self.encoder_norm(x)
+        x = ops.reshape(x, (ops.shape(x)[0], -1, ops.shape(x)[-1]))
+        return (x, probs) if return_attention_scores else x
+
+    def compute_output_spec(self, inputs, training=None, return_attention_scores=False):
+        outputs = keras.KerasTensor(self.compute_output_shape(inputs.shape), self.compute_dtype)
+        if not return_attention_scores:
+            return outputs
+        batch, rows, cols, dim = inputs.shape
+        grid = keras.KerasTensor((batch, *self._grid_shape(rows, cols), dim))
+        probs = []
+        for block in self.blocks:
+            probs.extend(block.compute_output_spec(grid, return_attention_scores=True)[1])
+        return outputs, probs
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class PositionSensitiveAxialAttention(keras.layers.Layer):
+    """Axial-DeepLab's position-sensitive self-attention along one axis of an NHWC map.
+
+    For the positions o (query) and p (key) of one row (``axis=2``) or column (``axis=1``),
+    as Wang et al. (2020, Eq. 4) define it, with relative embeddings for queries, keys and
+    values (indexed by the offset p - o):
+
+        y_o = sum_p softmax_p(q_o.k_p + q_o.r^q_{p-o} + k_p.r^k_{p-o}) (v_p + r^v_{p-o})
+
+    per head. q, k, v come from one bias-free 1x1 projection to 2C channels followed by
+    GroupNorm (``gn_qkv``); per head, queries and keys have half the width of the values, as in
+    the reference; the output is GroupNorm'd (``gn_out``). Logits are not scaled (the norms set
+    their range), as in the reference implementations.
+
+    Weights: ``qkv_kernel`` (C, 2C), ``relative_embedding`` (2C / heads, 2L - 1), one table
+    shared by the heads, L the length of the axis (fixed at build: the model needs a fixed
+    image size); rows [0, C/(2h)) hold r^q, then r^k, then r^v.
+
+    Example:
+    >>> import numpy as np
+    >>> layer = PositionSensitiveAxialAttention(num_heads=2, axis=1)
+    >>> tuple(layer(np.ones((2, 5, 3, 32), "float32")).shape)
+    (2, 5, 3, 32)
+    >>> tuple(layer.relative_embedding.shape)
+    (32, 9)
+    """
+
+    def __init__(self, num_heads, axis=2, **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = int(num_heads)
+        self.axis = check_axis(axis)
+        self.gn_qkv = group_norm("gn_qkv", style="hybrid", dtype=self.dtype_policy)
+        self.gn_out = group_norm("gn_out", style="hybrid", dtype=self.dtype_policy)
+
+    def build(self, input_shape):
+        channels, length = input_shape[-1], input_shape[self.axis]
+        if channels % (2 * self.num_heads):
+            raise ValueError(
+                f"The channels ({channels}) must be divisible by 2 * num_heads "
+                f"({2 * self.num_heads}): queries and keys take half of each head's width."
+            )
+        if length is None:
+            raise ValueError(
+                "PositionSensitiveAxialAttention sizes its relative embeddings by the feature "
+                "map; build the model with a fixed image_size."
+            )
+        self.length = int(length)
+        head = channels // self.num_heads
+        self.qkv_kernel = self.add_weight(
+            name="qkv_kernel", shape=(channels, 2 * channels),
+            initializer=keras.initializers.RandomNormal(stddev=math.sqrt(1.0 / channels)))
+        self.relative_embedding = self.add_weight(
+            name="relative_embedding", shape=(2 * head, 2 * self.length - 1),
+            initializer=keras.initializers.RandomNormal(stddev=math.sqrt(1.0 / head)))
+        self.gn_qkv.build((None, None, None, 2 * channels))
+        self.gn_out.build((None, None, None, channels))
+
+    def relative_embeddings(self):
+        """r^q, r^k, r^v of shape (width, L, L): entry [:, o, p] is the embedding of p - o."""
+        length, head = self.length, self.relative_embedding.shape[0] // 2
+        index = [p - o + length - 1 for o in range(length) for p in range(length)]
+        table = ops.take(self.relative_embedding, index, axis=1)
+        table = ops.reshape(table, (2 * head, length, length))
+        return table[: head // 2], table[head // 2 : head], table[head:]
+
+    def call(self, inputs):
+        x = inputs if self.axis == 2 else ops.transpose(inputs, (0, 2, 1, 3))
+        shape = ops.shape(x)  # (batch, other, L, C): attention along the third axis
+        channels, head = x.shape[-1], x.shape[-1] // self.num_heads
+        qkv = self.gn_qkv(ops.matmul(x, ops.cast(self.qkv_kernel, x.dtype)))
+        # Heads before positions: every product below is a plain batched matmul (3x faster
+        # on the CPU than the same einsum on the (batch, other, L, heads) layout).
+        qkv = ops.reshape(qkv, (-1, self.length, self.num_heads, 2 * head))
+        qkv = ops.transpose(qkv, (0, 2, 1, 3))
+        q, k, v = qkv[..., : head // 2], qkv[..., head // 2 : head], qkv[..., head:]
+        rq, rk, rv = (ops.cast(r, x.dtype) for r in self.relative_embeddings())
+        logits = ops.matmul(q, ops.swapaxes(k, -1, -2))
+        # Queries and keys are a few channels wide: the relative terms as one fused sum of
+        # broadcast products beat a matmul batched over positions (benchmarks/axial.py).
+        for d in range(head // 2):
+            logits = logits + q[..., d, None] * rq[d] + k[..., None, :, d] * rk[d]
+        probs = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), x.dtype)
+        y = ops.matmul(probs, v) + ops.einsum("bhop,dop->bhod", probs, rv)
+        y = ops.reshape(ops.transpose(y, (0, 2, 1, 3)), (shape[0], shape[1], self.length,
+                                                          channels))
+        y = self.gn_out(y)
+        return y if self.axis == 2 else ops.transpose(y, (0, 2, 1, 3))
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_heads=self.num_heads, axis=self.axis)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class AxialUnit(keras.layers.Layer):
+    """AxialResNet bottleneck: the ResNet unit with its 3x3 convolution made axial attention.
+
+    ``y = relu(gn1(conv1(x)))`` (1x1 to ``features``), then ``column`` and ``row``
+    ``PositionSensitiveAxialAttention`` (along the height, then the width), a 2x2 average pool
+    when ``strides=2``, ReLU, ``y = gn3(conv3(y))`` (1x1 to ``4 * features``, zero-initialised
+    scale), shortcut ``gn_proj(conv_proj(x))`` when the shape changes, output
+    ``relu(shortcut + y)``: the post-activation unit with weight-standardised convolutions and
+    GroupNorm of the hybrid stem (``PostActivationUnit``), as scenic's AxialResNet has it.
+
+    Example:
+    >>> import numpy as np
+    >>> unit = AxialUnit(features=32, strides=2, num_heads=2)
+    >>> tuple(unit(np.ones((1, 6, 6, 64), "float32")).shape)
+    (1, 3, 3, 128)
+    """
+
+    def __init__(self, features, strides=1, num_heads=8, **kwargs):
+        super().__init__(**kwargs)
+        self.features = int(features)
+        self.strides = int(strides)
+        self.num_heads = int(num_heads)
+        if self.strides not in (1, 2):
+            raise ValueError(f"strides must be 1 or 2, got {strides}.")
+        conv = dict(style="hybrid", dtype=self.dtype_policy)
+        self.conv1 = standardized_conv(self.features, 1, name="conv1", **conv)
+        self.gn1 = group_norm("gn1", **conv)
+        attention = dict(num_heads=self.num_heads, dtype=self.dtype_policy)
+        self.column = PositionSensitiveAxialAttention(axis=1, name="column", **attention)
+        self.row = PositionSensitiveAxialAttention(axis=2, name="row", **attention)
+        self.pool = keras.layers.AveragePooling2D(2, padding="same", dtype=self.dtype_policy,
+                                                  name="pool")
+        self.conv3 = standardized_conv(4 * self.features, 1, name="conv3", **conv)
+        self.gn3 = group_norm("gn3", zero_scale=True, **conv)
+        self.conv_proj = self.gn_proj = None
+
+    def build(self, input_shape):
+        batch, height, width, channels = input_shape
+        out = 4 * self.features
+        if channels != out or self.strides != 1:
+            conv = dict(style="hybrid", dtype=self.dtype_policy)
+            self.conv_proj = standardized_conv(out, 1, strides=self.strides, name="conv_proj",
+                                               **conv)
+            self.gn_proj = group_norm("gn_proj", **conv)
+            self.conv_proj.build(input_shape)
+            self.gn_proj.build((None, None, None, out))
+        self.conv1.build(input_shape)
+        self.gn1.build((None, None, None, self.features))
+        inner = (batch, height, width, self.features)
+        self.column.build(inner)
+        self.row.build(inner)
+        self.conv3.build(inner)
+        self.gn3.build((None, None, None, out))
+
+    def call(self, inputs):
+        y = ops.relu(self.gn1(self.conv1(inputs)))
+        y = self.row(self.column(y))
+        if self.strides == 2:
+            y = self.pool(y)
+        y = self.gn3(self.conv3(ops.relu(y)))
+        shortcut = inputs if self.conv_proj is None else self.gn_proj(self.conv_proj(inputs))
+        return ops.relu(shortcut + y)
+
+    def compute_output_shape(self, input_shape):
+        batch, height, width, _ = input_shape
+        sides = [None if n is None else -(-n // self.strides) for n in (height, width)]
+        return (batch, *sides, 4 * self.features)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(features=self.features, strides=self.strides, num_heads=self.num_heads)
+        return config
