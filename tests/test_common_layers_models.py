@@ -18,7 +18,7 @@ from keras.backend import standardize_dtype
 
 import keras_vit
 from keras_vit.layers import attention, axial, encoder, patching, position, resnet, tokens
-from keras_vit.training import mpp, schedules
+from keras_vit.training import mpp, optimizers, schedules
 
 TINY_VIT = dict(image_size=8, patch_size=4, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=16,
                 num_classes=3)
@@ -132,7 +132,9 @@ CASES = {
         (2, 16, 16, 3), None),
 }
 # Registered objects that are not layers or models, checked by their own tests.
-NOT_LAYERS = {schedules.WarmupLinearDecay: "tests/training/test_training_recipes.py"}
+NOT_LAYERS = {schedules.WarmupLinearDecay: "tests/training/test_training_recipes.py",
+              optimizers.TraceSGD: "tests/training/test_training_recipes.py",
+              optimizers.AccumulatingSGD: "tests/training/test_training_recipes.py"}
 
 
 def _registered():

@@ -74,6 +74,8 @@ def test_finetuning_optimizer_settings():
                                                gradient_accumulation_steps=4)
     assert isinstance(keras_form, keras.optimizers.SGD) and not keras_form.nesterov
     assert keras_form.gradient_accumulation_steps == 4
+    clone = training.AccumulatingSGD.from_config(keras_form.get_config())
+    assert clone.gradient_accumulation_steps == 4 and clone.momentum == 0.9
     with pytest.raises(ValueError, match="momentum_form"):
         training.finetuning_optimizer(500, warmup_steps=10, momentum_form="nesterov")
     with pytest.raises(ValueError, match="gradient_accumulation_steps must be at least 1"):
