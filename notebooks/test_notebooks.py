@@ -1,7 +1,8 @@
 """Execute every teaching notebook top to bottom in small mode (KERAS_VIT_SMALL=1).
 
 Run by .ci/run as `python -m pytest notebooks` under a chosen KERAS_BACKEND, and by .ci/colab
-from a copy outside the checkout (a fresh virtualenv with the wheel, a download mirror, 8 devices).
+from a copy outside the checkout (a fresh virtualenv with the wheel, a download mirror; one device
+as on Colab's TPU v5e-1, then a subset with 8 devices and Kaggle's variables).
 The committed notebooks keep the outputs of a full run. Each notebook runs alone in a fresh
 working folder, and checks the proofs it shows with asserts a reader sees.
 """
@@ -33,7 +34,7 @@ def test_notebook_runs_outside_a_checkout(path):
     assert "../" not in text and '"..",' not in text and "'..'," not in text
     install = next(c for c in code if c.startswith("# Install keras_vit"))
     assert "KERAS_VIT_INSTALL" in install and '"keras-vit-paper[notebooks]"' in install
-    assert "keras_vit.distribution.data_parallel()" in text  # every notebook uses all devices
+    assert "keras_vit.runtime.distribute()" in text  # every notebook uses all devices
 
 
 def test_titles_and_cross_references_use_the_file_numbers():

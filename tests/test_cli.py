@@ -72,6 +72,28 @@ def test_finetune_at_a_higher_resolution(trained, tmp_path):
     assert _metrics(out)["steps"] == 4 and len(_metrics(out)["history"]) == 2
 
 
+def test_finetune_chooses_the_accumulation_that_fits_memory_gib(trained, tmp_path, capsys):
+    from keras_vit.models.memory import GIB, memory
+    from keras_vit.training.recipes import prepare_finetuning
+
+    # a budget for 2.5 examples of the fine-tuned model at 56 px: batch 10 = 5 x 2
+    model = prepare_finetuning(runs.load_model_file(os.path.join(trained, "model.keras")), 10,
+                               image_size=56)
+    fixed, one = memory(model, 56, 0), memory(model, 56, 1)
+    budget = (fixed + 2.5 * (one - fixed)) / GIB
+    out = str(tmp_path / "fit")
+    args = ["finetune", os.path.join(trained, "model.keras"), "--dataset", "digits",
+            "--image-size", "56", "--examples-per-class", "2", "--batch-size", "10",
+            "--steps", "1", "--eval-every", "1", "--warmup-steps", "0", "--test-examples", "20",
+            "--memory-gib", repr(budget), "--output", out, "--verbose", "0"]
+    assert cli.main(args) == 0
+    assert "batch 10 = 5 x micro-batch 2" in capsys.readouterr().out
+    metrics = _metrics(out)
+    assert (metrics["accumulation"], metrics["micro_batch"]) == (5, 2)
+    assert metrics["batch_plan"]["planned"] and metrics["batch_plan"]["precision"] == "float32"
+    assert metrics["updates"] == 1
+
+
 def test_finetune_resolution_must_be_a_multiple_of_the_patch(trained, capsys):
     args = ["finetune", os.path.join(trained, "model.keras"), "--image-size", "30",
             "--steps", "2", "--eval-every", "1", "--verbose", "0", "--output", "unused"]

@@ -440,3 +440,41 @@ def figure_12(models=FIGURE_12_MODELS, sizes=FIGURE_12_SIZES, memory_gib=16, **o
                 row.append((size, 0))
         table[name] = row
     return table
+
+
+def plan_batch(model, image_size, batch_size, memory_gib, *, devices=1, dtype=None,
+               optimizer="sgd", **options):
+    """Split a global batch into micro-batches whose step fits each device's memory.
+
+    Keeps ``batch_size`` (one update averages it) and picks the smallest gradient accumulation
+    whose micro-batch (``batch_size / accumulation``) divides over ``devices`` into per-device
+    batches that ``largest_batch`` lets into ``memory_gib`` GiB.
+
+    Returns:
+        ``{"micro_batch": ..., "accumulation": ..., "per_device": ...}``; ``micro_batch`` is
+        the global micro-batch (all devices together).
+
+    Example (the published ViT-B/16 fine-tune, batch 512 at 384 px, on one TPU v5e chip and on
+    eight):
+    >>> plan_batch("ViT-B/16", 384, 512, 16, dtype="mixed_bfloat16")
+    {'micro_batch': 16, 'accumulation': 32, 'per_device': 16}
+    >>> plan_batch("ViT-B/16", 384, 512, 16, devices=8, dtype="mixed_bfloat16")
+    {'micro_batch': 128, 'accumulation': 4, 'per_device': 16}
+    """
+    if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
+        raise ValueError(f"The batch size must be a positive integer, got {batch_size!r}.")
+    if int(devices) < 1:
+        raise ValueError(f"devices must be at least 1, got {devices!r}.")
+    batch, devices = int(batch_size), int(devices)
+    fits = largest_batch(model, image_size, memory_gib, dtype=dtype, optimizer=optimizer,
+                         **options)
+    for accumulation in range(1, batch + 1):
+        micro = batch // accumulation
+        if batch % accumulation == 0 and micro % devices == 0 and micro // devices <= fits:
+            return {"micro_batch": micro, "accumulation": accumulation,
+                    "per_device": micro // devices}
+    raise ValueError(
+        f"No micro-batch of the global batch {batch} splits evenly over {devices} devices with "
+        f"at most {fits} examples each (the most that fit {memory_gib} GiB). Use a global batch "
+        f"that is a multiple of {devices} (e.g. {max(devices, batch // devices * devices)}), or "
+        "set --accumulation yourself.")

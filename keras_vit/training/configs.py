@@ -216,9 +216,15 @@ class FinetuneConfig(OutputOptions, OptimizerOptions, AugmentationOptions):
     augmentation: str = option("resize_crop", CROP_HELP, group="data",
                                choices=TRAIN_AUGMENTATIONS)
     examples_per_class: int | None = option(None, "a k-shot training subset", group="data")
-    accumulation: int = option(1, "gradient accumulation: micro-batches of batch-size / N "
-                               "averaged into one update (official accum_steps)",
-                               group="optimization", metavar="N")
+    accumulation: int | None = option(
+        None, "gradient accumulation: micro-batches of batch-size / N averaged into one update "
+        "(official accum_steps); default: on an accelerator or with --memory-gib the smallest "
+        "that fits the device's memory, else the recipe's (8) or 1", group="optimization",
+        metavar="N")
+    memory_gib: float | None = option(
+        None, "memory of one device in GiB for choosing the accumulation (default: known from "
+        "the accelerator's kind: TPU v5e 16, T4 15, ...; none on a CPU)", group="optimization",
+        metavar="G")
     learning_rate: float = option(0.01, group="optimization")
     steps: int = option(500, "updates", group="optimization")
     eval_every: int = option(50, "updates per 'epoch'", group="optimization")

@@ -15,8 +15,10 @@ import keras
 import numpy as np
 
 from keras_vit import data
-from keras_vit.distribution import check_batch_size
+from keras_vit.distribution import accelerator, check_batch_size, num_replicas, precision
+from keras_vit.models.memory import device_memory_gib, plan_batch
 from keras_vit.models.registry import create_model
+from keras_vit.models.resize import rebuild
 from keras_vit.training import configs, planning, run_files
 from keras_vit.training.configs import DEFAULT_MODEL, DEFAULT_OVERRIDES
 from keras_vit.training.published import recipe
@@ -354,10 +356,9 @@ def train(config):
     return run.finish(model, metrics, log, title=f"{model_name} on {run.info.name}")
 
 
-def _micro_batch(config):
+def _micro_batch(batch, accumulation):
     """The micro-batch of a fine-tuning run: the global batch over the accumulation, which the
     devices must divide too."""
-    batch, accumulation = config.batch_size, config.accumulation
     if accumulation < 1 or batch % accumulation:
         raise ValueError(
             f"--batch-size {batch} is not divisible by --accumulation {accumulation}: every "
@@ -371,6 +372,42 @@ def _micro_batch(config):
         raise ValueError(f"The micro-batch {micro} (--batch-size {batch} / --accumulation "
                          f"{accumulation}) does not split over the devices: {error}") from None
     return micro
+
+
+def _batch_plan(config, prepare):
+    """How a fine-tuning run splits its global batch, and its precision.
+
+    An explicit ``--accumulation`` is kept. Otherwise, on an accelerator or with
+    ``--memory-gib``, the accumulation is the smallest whose micro-batch fits each device's
+    memory (``plan_batch``); on a CPU without ``--memory-gib`` it is the recipe's (or 1).
+    ``prepare()`` returns the model to fine-tune and its image size, when a plan needs them.
+    """
+    device = accelerator()
+    platform, kind, devices, capability = device or ("cpu", "cpu", num_replicas(), None)
+    plan = {"device": kind, "devices": devices, "precision": precision(platform, kind, capability),
+            "memory_gib": config.memory_gib, "planned": False}
+    fixed = config.accumulation
+    if fixed is None and (device is not None or config.memory_gib is not None):
+        if plan["memory_gib"] is None:
+            try:
+                plan["memory_gib"] = device_memory_gib(kind)
+            except ValueError as error:
+                print(f"keras-vit finetune: {error} (--memory-gib G); not choosing the "
+                      "accumulation.")
+        if plan["memory_gib"] is not None:
+            plan.update(plan_batch(*prepare(), config.batch_size, plan["memory_gib"],
+                                   devices=devices, dtype=plan["precision"]), planned=True)
+    if not plan["planned"]:
+        default = recipe(config.recipe).accumulation if config.recipe is not None else 1
+        accumulation = default if fixed is None else fixed
+        micro = _micro_batch(config.batch_size, accumulation)
+        plan.update(micro_batch=micro, accumulation=accumulation, per_device=micro // devices)
+    memory = "" if plan["memory_gib"] is None else f", {plan['memory_gib']:g} GiB"
+    print(f"{plan['device']} x{devices}{memory}: batch {config.batch_size} = "
+          f"{plan['accumulation']} x micro-batch {plan['micro_batch']} "
+          f"({plan['per_device']} per device){' (chosen to fit)' if plan['planned'] else ''}, "
+          f"precision {plan['precision']}")
+    return plan
 
 
 def finetune(config):
@@ -389,27 +426,38 @@ def finetune(config):
         raise ValueError(
             f"--steps ({steps}) must be a positive multiple of --eval-every ({every}).")
     run = _begin(config)
-    micro = _micro_batch(config)
-    pretrained = load_model_file(config.checkpoint)
-    image_size = config.image_size or pretrained.input_shape[1]
-    model = prepare_finetuning(pretrained, run.info.num_classes, image_size=image_size)
+    prepared = []
+
+    def prepare():  # loaded once, after the batch checks that need no model
+        if not prepared:
+            pretrained = load_model_file(config.checkpoint)
+            size = config.image_size or pretrained.input_shape[1]
+            prepared.append((prepare_finetuning(pretrained, run.info.num_classes,
+                                                image_size=size), size))
+        return prepared[0]
+
+    plan = _batch_plan(config, prepare)
+    model, image_size = prepare()
+    micro, accumulation = plan["micro_batch"], plan["accumulation"]
+    if plan["precision"] != "float32":
+        model = rebuild(model, dtype=plan["precision"])
     train_ds = data.load(run.info.name, config.train_split, training=True, batch_size=micro,
                          image_size=image_size, data_dir=config.data_dir,
                          max_examples=config.train_examples,
                          examples_per_class=config.examples_per_class, repeat=True,
                          augmentation=config.augmentation, flip=not config.no_flip,
                          channels=_channels(model), mixup_alpha=config.mixup, seed=config.seed)
-    test_ds = _test_batches(run, model, micro if config.accumulation > 1 else max(micro, 256),
+    test_ds = _test_batches(run, model, micro if accumulation > 1 else max(micro, 256),
                             split=config.test_split)
     optimizer = finetuning_optimizer(
         steps, learning_rate=config.learning_rate,
         warmup_steps=_warmup(config.warmup_steps, every, steps), decay=config.decay,
-        gradient_accumulation_steps=config.accumulation, momentum_dtype=config.momentum_dtype,
+        gradient_accumulation_steps=accumulation, momentum_dtype=config.momentum_dtype,
         global_clipnorm=config.clipnorm, use_ema=config.use_ema,
         ema_momentum=config.ema_momentum)
     _compile(model, optimizer, config.label_smoothing)
     log = run_files.EpochLog(run.run_dir, keep_existing=False)
-    model.fit(train_ds, epochs=steps // every, steps_per_epoch=every * config.accumulation,
+    model.fit(train_ds, epochs=steps // every, steps_per_epoch=every * accumulation,
               validation_data=test_ds, shuffle=False, callbacks=[log], verbose=config.verbose)
     if optimizer.use_ema:
         # With jax, fit's final swap leaves the averages sharing buffers with the model weights,
@@ -417,6 +465,7 @@ def finetune(config):
         for variable in optimizer.variables:
             variable.assign(keras.ops.convert_to_numpy(variable))
     metrics = dict(_evaluate(model, test_ds), steps=steps, micro_batch=micro,
+                   accumulation=accumulation, batch_plan=plan,
                    updates=int(keras.ops.convert_to_numpy(optimizer.iterations)))
     if config.recipe is not None:
         published = recipe(config.recipe)

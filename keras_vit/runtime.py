@@ -1,0 +1,63 @@
+"""Where the code runs: a hosted notebook (Colab, Kaggle) or elsewhere, and on what devices.
+
+Colab is recognised by its ``google.colab`` module (or ``COLAB_RELEASE_TAG``), Kaggle by the
+variables it sets in its notebooks and scripts (``KAGGLE_KERNEL_RUN_TYPE``, ``KAGGLE_URL_BASE``;
+Kaggle has no ``google.colab``). Both have network access, so the notebooks download there
+(``online``). ``distribute`` is the notebooks' accelerator cell: one device (a CPU, one GPU,
+Colab's one-chip TPU v5e-1) needs nothing; several (Kaggle's TPU v5e-8 or two T4s) share
+every batch.
+"""
+
+import contextlib
+import os
+import sys
+
+import keras
+
+from keras_vit import distribution
+
+KAGGLE_VARIABLES = ("KAGGLE_KERNEL_RUN_TYPE", "KAGGLE_URL_BASE")
+
+
+def hosted():
+    """``"colab"``, ``"kaggle"`` or None (a laptop, a server, CI)."""
+    if "google.colab" in sys.modules or os.environ.get("COLAB_RELEASE_TAG"):
+        return "colab"
+    if any(os.environ.get(name) for name in KAGGLE_VARIABLES):
+        return "kaggle"
+    return None
+
+
+def online():
+    """Whether downloads are expected to work: on Colab or Kaggle, or with
+    ``KERAS_VIT_ONLINE=1``."""
+    return hosted() is not None or os.environ.get("KERAS_VIT_ONLINE") == "1"
+
+
+def distribute():
+    """Share every batch over this runtime's devices; returns ``(replicas, scope)``.
+
+    jax: ``keras.distribution.DataParallel`` over all devices when there are several
+    (``distribution.data_parallel``). TensorFlow: its ``tf.distribute`` strategy (TPUStrategy,
+    MirroredStrategy), whose ``scope()`` the models are built in. Prints one line: where, the
+    devices, and the precision ``keras-vit finetune`` picks for them.
+
+    Example:
+    >>> replicas, scope = distribute()  # doctest: +ELLIPSIS
+    local, ... 1 device(s) (cpu), precision float32
+    >>> replicas
+    1
+    """
+    scope = contextlib.nullcontext()
+    if keras.backend.backend() == "tensorflow":
+        strategy = distribution.strategy()
+        replicas = strategy.num_replicas_in_sync
+        if replicas > 1:
+            scope = strategy.scope()
+    else:
+        replicas = distribution.data_parallel()
+    device = distribution.accelerator()
+    platform, kind, _, capability = device or ("cpu", "cpu", replicas, None)
+    print(f"{hosted() or 'local'}, {keras.backend.backend()}: {replicas} device(s) ({kind}), "
+          f"precision {distribution.precision(platform, kind, capability)}")
+    return replicas, scope

@@ -1,0 +1,33 @@
+import sys
+import types
+
+import pytest
+
+from keras_vit import runtime
+
+
+@pytest.fixture
+def bare(monkeypatch):
+    for name in (*runtime.KAGGLE_VARIABLES, "COLAB_RELEASE_TAG", "KERAS_VIT_ONLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    return monkeypatch
+
+
+def test_colab_kaggle_and_elsewhere(bare):
+    assert runtime.hosted() is None and not runtime.online()
+    bare.setenv("KERAS_VIT_ONLINE", "1")
+    assert runtime.hosted() is None and runtime.online()
+    bare.delenv("KERAS_VIT_ONLINE")
+    bare.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
+    assert runtime.hosted() == "kaggle" and runtime.online()
+    bare.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    assert runtime.hosted() == "colab"
+
+
+def test_distribute_on_one_cpu(bare, capsys):
+    replicas, scope = runtime.distribute()
+    assert replicas == 1
+    with scope:
+        pass
+    assert capsys.readouterr().out.startswith("local, ")

@@ -1,0 +1,81 @@
+import pytest
+
+from keras_vit import distribution
+from keras_vit.models.memory import DEVICE_MEMORY_GIB, device_memory_gib, largest_batch, plan_batch
+from keras_vit.training import configs, runs
+
+# the published ViT-B/16 fine-tune: batch 512 at 384 px
+B16 = ("ViT-B/16", 384, 512)
+
+
+@pytest.mark.parametrize("kind, devices, dtype, expected", [
+    ("TPU v5 lite", 1, "mixed_bfloat16", (16, 32, 16)),  # Colab TPU v5e-1
+    ("TPU v5 lite", 8, "mixed_bfloat16", (128, 4, 16)),  # Kaggle TPU v5e-8
+    ("Tesla T4", 1, "mixed_float16", (16, 32, 16)),  # Colab T4
+    ("Tesla T4", 2, "mixed_float16", (32, 16, 16)),  # Kaggle 2xT4
+    ("NVIDIA H100 80GB HBM3", 1, "mixed_bfloat16", (128, 4, 128)),
+])
+def test_the_published_fine_tune_on_each_runtime(kind, devices, dtype, expected):
+    plan = plan_batch(*B16, device_memory_gib(kind), devices=devices, dtype=dtype)
+    assert (plan["micro_batch"], plan["accumulation"], plan["per_device"]) == expected
+    assert plan["micro_batch"] * plan["accumulation"] == 512
+    fits = largest_batch("ViT-B/16", 384, device_memory_gib(kind), dtype=dtype)
+    assert plan["per_device"] <= fits < 2 * plan["per_device"]  # the largest split that fits
+
+
+def test_a_batch_that_fits_needs_no_accumulation():
+    assert plan_batch("ViT-B/32", 224, 64, DEVICE_MEMORY_GIB["H100"]) == {
+        "micro_batch": 64, "accumulation": 1, "per_device": 64}
+
+
+def test_bad_budgets_and_splits_are_refused():
+    with pytest.raises(ValueError, match="more than 0.1 GiB.*mixed precision"):
+        plan_batch(*B16, 0.1)
+    with pytest.raises(ValueError, match="splits evenly over 8 devices.*multiple of 8"):
+        plan_batch("ViT-B/16", 384, 12, 16, devices=8)
+    with pytest.raises(ValueError, match="positive integer"):
+        plan_batch("ViT-B/16", 384, 0, 16)
+    with pytest.raises(ValueError, match="Unknown device kind 'Quadro X'"):
+        device_memory_gib("Quadro X")
+
+
+def test_precision_by_platform_and_compute_capability():
+    assert distribution.precision("cpu") == "float32"
+    assert distribution.precision("tpu", "TPU v5 lite") == "mixed_bfloat16"
+    assert distribution.precision("gpu", "Tesla T4", "7.5") == "mixed_float16"
+    assert distribution.precision("gpu", "NVIDIA L4", "8.9") == "mixed_bfloat16"
+    assert distribution.precision("gpu", "NVIDIA A100-SXM4-40GB") == "mixed_bfloat16"
+
+
+def _config(**values):
+    return configs.FinetuneConfig.from_dict({"recipe": "vit_jax-b16-cifar10-500", **values})
+
+
+@pytest.fixture
+def b16():
+    return lambda: ("ViT-B/16", 384)  # counted without building (a built model counts the same)
+
+
+def test_run_plan_on_a_fake_accelerator(monkeypatch, capsys, b16):
+    monkeypatch.setattr(runs, "accelerator", lambda: ("tpu", "TPU v5 lite", 8, None))
+    plan = runs._batch_plan(_config(), b16)
+    assert (plan["accumulation"], plan["micro_batch"], plan["per_device"]) == (4, 128, 16)
+    assert (plan["memory_gib"], plan["precision"], plan["planned"]) == (16, "mixed_bfloat16", True)
+    assert ("TPU v5 lite x8, 16 GiB: batch 512 = 4 x micro-batch 128 (16 per device) (chosen "
+            "to fit), precision mixed_bfloat16") in capsys.readouterr().out
+    # an explicit accumulation overrides the choice
+    plan = runs._batch_plan(_config(accumulation=8), b16)
+    assert (plan["accumulation"], plan["micro_batch"], plan["planned"]) == (8, 64, False)
+
+
+def test_run_plan_on_an_unknown_device_and_on_a_cpu(monkeypatch, capsys, b16):
+    monkeypatch.setattr(runs, "accelerator", lambda: ("gpu", "Quadro X", 1, "7.0"))
+    plan = runs._batch_plan(_config(), b16)
+    out = capsys.readouterr().out
+    assert "Unknown device kind 'Quadro X'" in out and "--memory-gib G" in out
+    assert (plan["accumulation"], plan["precision"], plan["planned"]) == (8, "mixed_float16", False)
+    plan = runs._batch_plan(_config(memory_gib=24), b16)
+    assert (plan["accumulation"], plan["micro_batch"]) == (16, 32)
+    monkeypatch.setattr(runs, "accelerator", lambda: None)
+    plan = runs._batch_plan(_config(), b16)  # a CPU: the recipe's accumulation
+    assert (plan["accumulation"], plan["precision"], plan["planned"]) == (8, "float32", False)
