@@ -34,21 +34,9 @@ def print_table(table, memory_gib, training):
 
 
 def plot(table, path, memory_gib, training):
-    import matplotlib
+    from keras_vit.inspection import plot_largest_batch
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5, 4))
-    for name, row in table.items():
-        style = "--" if name.startswith("BiT") else "-"
-        ax.plot(*zip(*row), style, marker="o", label=name)
-    ax.set(xlabel="input size (px)", yscale="log",
-           ylabel=f"largest {'training' if training else 'inference'} batch per {memory_gib} GiB",
-           title="Fig. 12 (right), from the memory model")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    plot_largest_batch(table, memory_gib, training).savefig(path, dpi=120)
     print(f"wrote {path}")
 
 

@@ -1,6 +1,7 @@
 """Inspecting a Vision Transformer (paper Sec. 4.5 and Appendix D.7-D.8; Figs. 6, 7, 10, 11).
 
-Computations return numpy arrays; the ``plot_*`` helpers draw them as the paper does.
+Computations return numpy arrays; the ``plot_*`` helpers draw them as the paper does
+(``plot_largest_batch`` draws Fig. 12 right from ``keras_vit.models.memory.figure_12``).
 
 Example:
 >>> import numpy as np
@@ -33,6 +34,7 @@ from keras_vit.inspection.plots import (
     plot_attention_maps,
     plot_attention_rollout,
     plot_embedding_filters,
+    plot_largest_batch,
     plot_mean_attention_distance,
     plot_position_embedding_similarity,
 )
@@ -51,6 +53,7 @@ __all__ = [
     "plot_attention_maps",
     "plot_attention_rollout",
     "plot_embedding_filters",
+    "plot_largest_batch",
     "plot_mean_attention_distance",
     "plot_position_embedding_similarity",
     "position_embedding_similarity",

@@ -1,6 +1,8 @@
-"""The paper's inspection figures, drawn with matplotlib (Fig. 6 and Fig. 7 left, centre, right).
+"""The paper's inspection figures, drawn with matplotlib (Fig. 6, Fig. 7 left, centre, right, and
+Fig. 12 right: the largest batch that fits a device).
 
-Each helper takes the arrays computed by ``keras_vit.inspection`` and returns a
+Each helper takes the arrays computed by ``keras_vit.inspection`` (or, for Fig. 12, the table of
+``keras_vit.models.memory.figure_12``) and returns a
 ``matplotlib.figure.Figure`` (not registered with pyplot: show it in a notebook as the cell's
 value or with ``display(fig)``, or write it with ``fig.savefig``). matplotlib is imported only
 when a helper is called (``pip install matplotlib``, or the ``inspection`` extra).
@@ -289,4 +291,48 @@ def plot_attention_maps(image, maps, value_range=(-1.0, 1.0), title=None):
     bar.ax.axhline(uniform, color="cyan", linewidth=2)
     if title:
         fig.suptitle(title)
+    return fig
+
+
+def plot_largest_batch(table, memory_gib=16, training=False, title=None):
+    """Fig. 12 (right): the largest batch that fits one device against the input size.
+
+    One line per model, on a log scale of batch sizes (they span two orders of magnitude); BiT
+    ResNets dashed, ViTs and hybrids solid. A size where not even one example fits (batch 0)
+    is left out of its line.
+
+    Args:
+        table: ``{model: [(image_size, batch), ...]}`` from
+            ``keras_vit.models.memory.figure_12``.
+        memory_gib: the device memory the table was counted for (the y label says it).
+        training: whether the table counts a training step rather than inference.
+        title: the figure title; by default "Fig. 12 (right), from keras_vit.memory".
+
+    Example:
+    >>> fig = plot_largest_batch({"ViT-B/32": [(224, 6735), (512, 818)],
+    ...                           "BiT-R50x1": [(224, 1978), (512, 378)]})
+    >>> axis = fig.axes[0]
+    >>> axis.get_yscale(), axis.get_xlabel(), [line.get_linestyle() for line in axis.lines]
+    ('log', 'Input size (pixels)', ['-', '--'])
+    """
+    rows = {name: [(int(size), int(batch)) for size, batch in row] for name, row in
+            dict(table).items()}
+    if not rows or not all(rows.values()):
+        raise ValueError("Expected a table {model: [(image_size, batch), ...]} with at least one "
+                         "size per model, e.g. keras_vit.models.memory.figure_12().")
+    fig = _new_figure((6.2, 4.2))
+    axis = fig.add_subplot(1, 1, 1)
+    for name, row in rows.items():
+        fitting = [(size, batch) for size, batch in row if batch > 0]
+        sizes, batches = zip(*fitting) if fitting else ((), ())
+        axis.plot(sizes, batches, "--" if name.startswith("BiT") else "-", marker="o",
+                  label=name)
+    axis.set_yscale("log")
+    axis.set_xlabel("Input size (pixels)")
+    step = "training" if training else "inference"
+    axis.set_ylabel(f"Largest {step} batch per {memory_gib:g} GiB device")
+    axis.grid(True, which="major", alpha=0.3)
+    # outside the axes, so that the legend never hides a line
+    axis.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    axis.set_title(title or "Fig. 12 (right), from keras_vit.memory")
     return fig

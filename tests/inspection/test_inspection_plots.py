@@ -1,4 +1,4 @@
-"""The plotting helpers return matplotlib figures drawn as the paper's Figs. 6 and 7."""
+"""The plotting helpers return matplotlib figures drawn as the paper's Figs. 6, 7 and 12."""
 
 import io
 
@@ -19,6 +19,7 @@ from keras_vit.inspection import (  # noqa: E402
     plot_attention_maps,
     plot_attention_rollout,
     plot_embedding_filters,
+    plot_largest_batch,
     plot_mean_attention_distance,
     plot_position_embedding_similarity,
     position_embedding_similarity,
@@ -152,6 +153,7 @@ def test_similarity_mosaic_places_each_patch_tile():
          "one \\(rows, cols\\) rollout map per image"),
         (lambda: plot_attention_rollout(np.zeros((1, 8, 8, 3)), np.zeros((1, 2, 2)),
                                         value_range=(1, 1)), "high > low"),
+        (lambda: plot_largest_batch({}), "at least one size per model"),
     ],
 )
 def test_bad_plot_inputs_are_rejected(call, message):
@@ -165,3 +167,19 @@ def test_plots_take_any_backend_model_output(gap_vit, vit_images):
     fig = plot_mean_attention_distance(np.ones((12, 17)))
     assert fig.axes[0].get_legend() is None  # 16 heads or fewer get a legend, more do not
     assert fig.axes[0].get_ylim()[0] == 0
+
+
+def test_largest_batch_figure_from_the_memory_model():
+    from keras_vit.models.memory import figure_12
+
+    table = figure_12(["ViT-H/14", "BiT-R50x1"], [224, 512], training=True)
+    assert table["ViT-H/14"][1] == (518, 0)  # one training example does not fit 16 GiB
+    fig = plot_largest_batch(table, memory_gib=16, training=True)
+    axis = fig.axes[0]
+    assert axis.get_yscale() == "log" and axis.get_xlabel() == "Input size (pixels)"
+    assert axis.get_ylabel() == "Largest training batch per 16 GiB device"
+    vit, bit = axis.lines
+    assert list(vit.get_xdata()) == [224] and list(vit.get_ydata()) == [table["ViT-H/14"][0][1]]
+    assert (vit.get_linestyle(), bit.get_linestyle()) == ("-", "--")
+    assert [t.get_text() for t in axis.get_legend().texts] == ["ViT-H/14", "BiT-R50x1"]
+    _renders(fig)
