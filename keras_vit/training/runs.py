@@ -67,9 +67,13 @@ def model_spec(config, channels=None):
     return (name or DEFAULT_MODEL), overrides
 
 
-def build_model(config, *, image_size, num_classes, channels=None):
+def build_model(config, *, image_size, num_classes, channels=None, dtype=None):
+    """The model of a run from scratch; ``dtype`` is the run's dtype policy unless ``--set
+    dtype=...`` names one."""
     config = _as_dict(config)
     name, overrides = model_spec(config, channels)
+    if dtype is not None:
+        overrides.setdefault("dtype", dtype)
     if config.get("dropout") is not None:
         overrides["dropout_rate"] = config["dropout"]
     if config.get("head_bias_init") is not None:
@@ -172,11 +176,11 @@ class _Scratch:
         return data.pipeline(self.examples, **self.pipeline_options)
 
 
-def _from_scratch(run, **pipeline_options):
+def _from_scratch(run, dtype=None, **pipeline_options):
     config, info = run.config, run.info
     image_size, resize_size = data.resolution(info.name, config.image_size)
     model = build_model(config, image_size=image_size, num_classes=info.num_classes,
-                        channels=info.channels)
+                        channels=info.channels, dtype=dtype)
     examples = data.load_examples(info.name, "train", data_dir=config.data_dir,
                                   max_examples=config.train_examples, shuffle_files=True)
     steps_per_epoch = _steps_per_epoch(examples, config.batch_size)
@@ -321,9 +325,15 @@ def train(config):
     _check_train_config(config)
     model_name = model_spec(config)[0]
     run = _begin(config, model_name)
-    scratch = _from_scratch(run, flip=not config.no_flip, mixup_alpha=config.mixup,
+    device = _device()
+    # A CPU builds the model as it always did (no dtype passed): the timed default run is kept.
+    mixed = None if device["precision"] == "float32" else device["precision"]
+    scratch = _from_scratch(run, dtype=mixed, flip=not config.no_flip, mixup_alpha=config.mixup,
                             cache=run.info.source == "tfds" and config.train_examples is not None)
     model = scratch.model
+    batch_plan = dict(device, precision=model.dtype_policy.name,
+                      per_device=config.batch_size // device["devices"])
+    print(_describe(batch_plan, config.batch_size))
     test_ds = _test_batches(run, model, config.batch_size)
     if config.epochs is None:  # measured on the train step the run compiles (any long schedule)
         _compile(model, _pretraining_optimizer(config, scratch.steps_per_epoch, epochs=10**6,
@@ -352,6 +362,7 @@ def train(config):
         resize_size=scratch.resize_size,
         optimizer_iterations=int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
         plan=plan,
+        batch_plan=dict(batch_plan, loss_scaling=_loss_scaling(model)),
     )
     return run.finish(model, metrics, log, title=f"{model_name} on {run.info.name}")
 
@@ -374,20 +385,49 @@ def _micro_batch(batch, accumulation):
     return micro
 
 
+def _device():
+    """What a run trains on: ``device`` (the accelerator's kind, or "cpu"), ``devices`` and the
+    ``precision`` of ``keras_vit.distribution.precision`` (float32 on a CPU)."""
+    device = accelerator()
+    platform, kind, devices, capability = device or ("cpu", "cpu", num_replicas(), None)
+    return {"device": kind, "devices": devices, "precision": precision(platform, kind, capability)}
+
+
+def _describe(plan, batch_size):
+    """The line a run prints about its device, batch and precision, e.g. ``cpu x1: batch 512 =
+    8 x micro-batch 64 (64 per device), precision float32``.
+
+    >>> _describe({"device": "TPU v5 lite", "devices": 8, "precision": "mixed_bfloat16",
+    ...            "per_device": 32}, 256)
+    'TPU v5 lite x8: batch 256 (32 per device), precision mixed_bfloat16'
+    """
+    memory = "" if plan.get("memory_gib") is None else f", {plan['memory_gib']:g} GiB"
+    split = ("" if "accumulation" not in plan
+             else f" = {plan['accumulation']} x micro-batch {plan['micro_batch']}")
+    chosen = " (chosen to fit)" if plan.get("planned") else ""
+    return (f"{plan['device']} x{plan['devices']}{memory}: batch {batch_size}{split} "
+            f"({plan['per_device']} per device){chosen}, precision {plan['precision']}")
+
+
+def _loss_scaling(model):
+    """Whether the compiled model scales its loss: Keras's ``compile`` wraps the optimizer in a
+    ``LossScaleOptimizer`` for a ``mixed_float16`` model."""
+    return isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+
+
 def _batch_plan(config, prepare):
-    """How a fine-tuning run splits its global batch, and its precision.
+    """How a fine-tuning run splits its global batch, and its precision (``_device``).
 
     An explicit ``--accumulation`` is kept. Otherwise, on an accelerator or with
     ``--memory-gib``, the accumulation is the smallest whose micro-batch fits each device's
     memory (``plan_batch``); on a CPU without ``--memory-gib`` it is the recipe's (or 1).
     ``prepare()`` returns the model to fine-tune and its image size, when a plan needs them.
     """
-    device = accelerator()
-    platform, kind, devices, capability = device or ("cpu", "cpu", num_replicas(), None)
-    plan = {"device": kind, "devices": devices, "precision": precision(platform, kind, capability),
-            "memory_gib": config.memory_gib, "planned": False}
+    plan = dict(_device(), memory_gib=config.memory_gib, planned=False)
+    kind, devices = plan["device"], plan["devices"]
+    accelerated = kind != "cpu"  # what _device calls a CPU
     fixed = config.accumulation
-    if fixed is None and (device is not None or config.memory_gib is not None):
+    if fixed is None and (accelerated or config.memory_gib is not None):
         if plan["memory_gib"] is None:
             try:
                 plan["memory_gib"] = device_memory_gib(kind)
@@ -402,11 +442,7 @@ def _batch_plan(config, prepare):
         accumulation = default if fixed is None else fixed
         micro = _micro_batch(config.batch_size, accumulation)
         plan.update(micro_batch=micro, accumulation=accumulation, per_device=micro // devices)
-    memory = "" if plan["memory_gib"] is None else f", {plan['memory_gib']:g} GiB"
-    print(f"{plan['device']} x{devices}{memory}: batch {config.batch_size} = "
-          f"{plan['accumulation']} x micro-batch {plan['micro_batch']} "
-          f"({plan['per_device']} per device){' (chosen to fit)' if plan['planned'] else ''}, "
-          f"precision {plan['precision']}")
+    print(_describe(plan, config.batch_size))
     return plan
 
 
@@ -465,7 +501,8 @@ def finetune(config):
         for variable in optimizer.variables:
             variable.assign(keras.ops.convert_to_numpy(variable))
     metrics = dict(_evaluate(model, test_ds), steps=steps, micro_batch=micro,
-                   accumulation=accumulation, batch_plan=plan,
+                   accumulation=accumulation,
+                   batch_plan=dict(plan, loss_scaling=_loss_scaling(model)),
                    updates=int(keras.ops.convert_to_numpy(optimizer.iterations)))
     if config.recipe is not None:
         published = recipe(config.recipe)

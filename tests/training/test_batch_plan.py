@@ -1,8 +1,12 @@
+import json
+
+import keras
+import numpy as np
 import pytest
 
 from keras_vit import distribution
 from keras_vit.models.memory import DEVICE_MEMORY_GIB, device_memory_gib, largest_batch, plan_batch
-from keras_vit.training import configs, runs
+from keras_vit.training import configs, run_files, runs
 
 # the published ViT-B/16 fine-tune: batch 512 at 384 px
 B16 = ("ViT-B/16", 384, 512)
@@ -79,3 +83,52 @@ def test_run_plan_on_an_unknown_device_and_on_a_cpu(monkeypatch, capsys, b16):
     monkeypatch.setattr(runs, "accelerator", lambda: None)
     plan = runs._batch_plan(_config(), b16)  # a CPU: the recipe's accumulation
     assert (plan["accumulation"], plan["precision"], plan["planned"]) == (8, "float32", False)
+
+
+# `keras-vit train` on a tiny ViT, 2 steps: says its device, batch and precision, and trains in it
+TINY_TRAIN = {"set": ["patch_size=7", "hidden_size=16", "num_layers=1", "num_heads=2",
+                      "mlp_dim=32"], "epochs": 1, "train_examples": 64, "test_examples": 32,
+              "batch_size": 32, "warmup_steps": 1, "verbose": 0}
+
+
+def _attention_in_float32(query, key, value, bias=None):
+    """softmax(q k^T / sqrt(d) + bias) v with float32 logits. jax's CPU has no float16 x float16
+    -> float32 dot_general, which jax's fused attention asks for (a T4 has it)."""
+    ops = keras.ops
+    scale = 1.0 / float(np.sqrt(query.shape[-1]))
+    logits = ops.einsum("bqhd,bkhd->bhqk", ops.cast(query, "float32") * scale,
+                        ops.cast(key, "float32"))
+    if bias is not None:
+        logits = logits + ops.cast(bias, "float32")
+    return ops.einsum("bhqk,bkhd->bqhd", ops.cast(ops.softmax(logits), value.dtype), value)
+
+
+@pytest.mark.parametrize("device, line, precision, scaled", [
+    (None, "cpu x1: batch 32 (32 per device), precision float32", "float32", False),
+    (("tpu", "TPU v5 lite", 1, None),
+     "TPU v5 lite x1: batch 32 (32 per device), precision mixed_bfloat16", "mixed_bfloat16", False),
+    (("gpu", "Tesla T4", 1, "7.5"),
+     "Tesla T4 x1: batch 32 (32 per device), precision mixed_float16", "mixed_float16", True),
+], ids=["cpu", "tpu", "t4"])
+def test_train_says_its_device_and_precision(monkeypatch, capsys, tmp_path, device, line,
+                                             precision, scaled):
+    monkeypatch.setattr(runs, "accelerator", lambda: device)
+    if keras.backend.backend() == "jax" and precision == "mixed_float16":
+        monkeypatch.setattr(keras.ops, "dot_product_attention", _attention_in_float32)
+    runs.train(dict(TINY_TRAIN, output=str(tmp_path)))
+    assert line in capsys.readouterr().out
+    with open(tmp_path / run_files.METRICS) as file:
+        metrics = json.load(file)
+    assert metrics["batch_plan"] == {"device": device[1] if device else "cpu", "devices": 1,
+                                     "precision": precision, "per_device": 32,
+                                     "loss_scaling": scaled}
+    assert metrics["model_config"]["dtype"]["config"]["name"] == precision
+    assert np.isfinite(metrics["test_loss"]) and metrics["optimizer_iterations"] == 2
+
+
+def test_a_dtype_set_on_the_command_line_is_kept():
+    options = dict(image_size=28, num_classes=10, channels=1, dtype="mixed_float16")
+    tiny = TINY_TRAIN["set"]
+    assert runs.build_model({"set": tiny}, **options).dtype_policy.name == "mixed_float16"
+    model = runs.build_model({"set": [*tiny, "dtype=float32"]}, **options)
+    assert model.dtype_policy.name == "float32"
