@@ -66,8 +66,10 @@ def test_unknown_recipe_and_indivisible_batches_are_refused(tmp_path, capsys):
         runs.finetune({"dataset": "digits", "output": str(tmp_path / "y")})
 
 
-@pytest.mark.parametrize("name", sorted(OFFICIAL))
-def test_each_recipe_runs_offline_and_records_the_published_figure(
+# Every recipe goes through the same command; two of them cover both checkpoints and both
+# datasets (the settings of all five are pinned above), which keeps CI's time down.
+@pytest.mark.parametrize("name", ["vit_jax-colab-b32-cifar10", "vit_jax-b16-cifar100-500"])
+def test_recipes_run_offline_and_records_the_published_figure(
         name, download_mirror, tmp_path, capsys):
     root, _ = download_mirror
     mirror.put(root, mirror.checkpoint_url(recipe(name).checkpoint),
