@@ -40,11 +40,12 @@ def plot(table, path, memory_gib, training):
     print(f"wrote {path}")
 
 
-def xla_table():
-    """The memory model against XLA:CPU on small random ViT, hybrid and BiT configurations."""
+def xla_table(only=None):
+    """The memory model against XLA:CPU on small random ViT, hybrid, BiT, Axial-ViT and
+    AxialResNet configurations (those whose label contains ``only``, if given)."""
     import keras
 
-    from keras_vit import ResNetV2, VisionTransformer
+    from keras_vit import AxialResNet, AxialVisionTransformer, ResNetV2, VisionTransformer
     from keras_vit.models.memory import memory, xla_memory
 
     vit = dict(num_classes=10)
@@ -65,12 +66,22 @@ def xla_table():
          width_factor=0.5), 8),
         ("BiT (2,1,1)", ResNetV2, dict(vit, image_size=64, block_units=(2, 1, 1),
          width_factor=0.5), 8),
+        ("Axial-ViT D64 L2", AxialVisionTransformer, dict(vit, image_size=64, patch_size=8,
+         hidden_size=64, num_layers=2, num_heads=4, mlp_dim=256), 16),
+        ("Axial-ViT gap D96", AxialVisionTransformer, dict(vit, image_size=64, patch_size=4,
+         hidden_size=96, num_layers=2, num_heads=3, mlp_dim=192, classifier="gap"), 8),
+        ("AxialResNet (1,1)", AxialResNet, dict(vit, image_size=64, block_units=(1, 1),
+         width_factor=0.5, num_heads=2), 8),
+        ("AxialResNet (2,1,1)", AxialResNet, dict(vit, image_size=64, block_units=(2, 1, 1),
+         width_factor=0.5, num_heads=4), 8),
     ]
     print(f"memory model / XLA:CPU (jax {__import__('jax').__version__}, keras "
           f"{keras.__version__}): argument + output - alias + temp bytes of the compiled step")
     print(f"{'configuration':18s} {'step':8s} {'batch':>5s} {'model MiB':>10s} {'XLA MiB':>9s} "
           f"{'ratio':>6s}")
     for label, model_class, config, batch in configurations:
+        if only is not None and only not in label:
+            continue
         model = model_class(**config)
         for training in (True, False):
             for size in (batch, 2 * batch):
@@ -116,6 +127,8 @@ def main():
     parser.add_argument("--train", action="store_true", help="a training step, not inference")
     parser.add_argument("--plot", metavar="PNG")
     parser.add_argument("--xla", action="store_true")
+    parser.add_argument("--xla-only", metavar="LABEL",
+                        help="with --xla, only the configurations whose label contains LABEL")
     parser.add_argument("--throughput", action="store_true")
     parser.add_argument("--sizes", type=int, nargs="+", default=(224, 288, 384, 448, 512))
     args = parser.parse_args()
@@ -126,7 +139,7 @@ def main():
     if args.plot:
         plot(table, args.plot, args.memory_gib, args.train)
     if args.xla:
-        xla_table()
+        xla_table(args.xla_only)
     if args.throughput:
         throughput((224, 288, 384), batch=8, rounds=5)
 

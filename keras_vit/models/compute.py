@@ -99,6 +99,23 @@ def _axial_pair(side_in, side_out, features):
     return sum(projection + 2 * positions * 3.5 * features * length for length in side_in)
 
 
+def resnet_units(side, stages, width_factor):
+    """The bottleneck units of a BiT/hybrid/axial ResNet on an image of ``side`` (height,
+    width): per unit ``(side_in, side_out, channels_in, features, stride)``, its output having
+    ``4 * features`` channels. They follow the root (7x7/2 conv, max-pool /2: ``side`` halved
+    twice, rounded up; ``root_width(width_factor)`` channels)."""
+    width = root_width(width_factor)
+    side = (_ceil_half(_ceil_half(side[0])), _ceil_half(_ceil_half(side[1])))
+    channels = width
+    for i, (units, stage_stride) in enumerate(zip(stages, stage_strides(len(stages)))):
+        features = width * 2**i
+        for unit in range(units):
+            stride = stage_stride if unit == 0 else 1
+            out = (-(-side[0] // stride), -(-side[1] // stride))
+            yield side, out, channels, features, stride
+            side, channels = out, 4 * features
+
+
 def _resnet(side, channels, stages, width_factor, middle=_conv3x3):
     """FLOPs of a BiT/hybrid ResNet (root 7x7/2, max-pool /2, bottleneck stages) and its output.
 
@@ -107,21 +124,30 @@ def _resnet(side, channels, stages, width_factor, middle=_conv3x3):
     and a strided 1x1 projection in each stage's first unit.
     """
     width = root_width(width_factor)
-    side = (_ceil_half(side[0]), _ceil_half(side[1]))
-    root = _conv(side, 7, channels, width)
-    side = (_ceil_half(side[0]), _ceil_half(side[1]))  # the max-pool
-    total, channels = 0, width
-    for i, (units, stage_stride) in enumerate(zip(stages, stage_strides(len(stages)))):
-        features = width * 2**i
-        for unit in range(units):
-            stride = stage_stride if unit == 0 else 1
-            out = (-(-side[0] // stride), -(-side[1] // stride))
-            total += _conv(side, 1, channels, features) + int(middle(side, out, features))
-            total += _conv(out, 1, features, 4 * features)
-            if channels != 4 * features or stride != 1:
-                total += _conv(out, 1, channels, 4 * features)
-            side, channels = out, 4 * features
-    return root, total, side, channels
+    root = _conv((_ceil_half(side[0]), _ceil_half(side[1])), 7, channels, width)
+    # Without stages (R+ViT-Ti/16) the output is the root's.
+    out = (_ceil_half(_ceil_half(side[0])), _ceil_half(_ceil_half(side[1])))
+    total, channels_out = 0, width
+    for side_in, out, channels_in, features, stride in resnet_units(side, stages, width_factor):
+        total += _conv(side_in, 1, channels_in, features) + int(middle(side_in, out, features))
+        total += _conv(out, 1, features, 4 * features)
+        if channels_in != 4 * features or stride != 1:
+            total += _conv(out, 1, channels_in, 4 * features)
+        channels_out = 4 * features
+    return root, total, out, channels_out
+
+
+def token_spans(model, grid):
+    """(tokens, the key span of each attention of a layer) of a ViT on a ``grid`` of patches.
+
+    A ViT attends over all its tokens once per layer; an Axial-ViT twice, within each row (span
+    the grid's width) and within each column (its height, plus the class row).
+    """
+    cls = model.classifier == "token"
+    if getattr(model, "axial", False) or isinstance(model, AxialVisionTransformer):
+        return (grid[0] + cls) * grid[1], (grid[1], grid[0] + cls)
+    tokens = grid[0] * grid[1] + cls
+    return tokens, (tokens,)
 
 
 def _vit_flops(model, height, width):
@@ -135,14 +161,7 @@ def _vit_flops(model, height, width):
     patch = model.patch_size
     grid = (side[0] // patch, side[1] // patch)
     dim, layers = model.hidden_size, model.num_layers
-    cls = model.classifier == "token"
-    if getattr(model, "axial", False) or isinstance(model, AxialVisionTransformer):
-        # Axial-ViT: a row and a column block per layer, the class token a class row.
-        tokens = (grid[0] + cls) * grid[1]
-        spans = (grid[1], grid[0] + cls)
-    else:
-        tokens = grid[0] * grid[1] + cls
-        spans = (tokens,)
+    tokens, spans = token_spans(model, grid)
     parts["patch_embedding"] = _conv(grid, patch, channels, dim)
     parts["attention_projections"] = layers * len(spans) * 2 * tokens * dim * 4 * dim
     matrix = 0

@@ -12,22 +12,30 @@
   (3 ``mlp_dim``); per GroupNorm of a ResNet its input, output and ReLU output; plus the
   gradients in flight through one block (its kept set once more). Inference holds only the
   widest point of the forward pass. ``remat=True`` keeps a block's input alone and recomputes
-  the rest, one block at a time;
+  the rest, one block at a time. An Axial-ViT has two blocks (row, column) per layer on its
+  grid (with the class row); an AxialResNet unit keeps per position 8 C numbers for each of
+  its two attentions (projection, GroupNorms, q, k, v, output) besides its convolutions';
 - ``attention``: the attention matrices, 2 H N^2 float32 numbers per block (the exponentials
   and the probabilities of the softmax) while training; one block's 3 H N^2 (logits,
-  exponentials, probabilities) at inference.
+  exponentials, probabilities) at inference. An axial attention along rows of length W
+  holds H x N x W numbers per matrix, along columns H x N x (rows), not H N^2. An AxialResNet
+  attention also keeps, while training, 2 C / heads such matrices for its relative logits
+  (jax keeps both operands of each broadcast product q_o r_{p-o}, k_p r_{p-o} at full size;
+  torch and TensorFlow keep the small operands, so there the count is an upper bound).
 
 Not counted: dropout masks (ViT-L, ViT-H and R50+ViT-B/16 train with dropout 0.1), XLA's
 layout copies and scratch buffers, and the framework's own overhead. Flash attention keeps no
 N^2 matrix: the ``attention`` part is then an upper bound.
 
-Agreement with XLA (``XLA_AGREEMENT``; ``python benchmarks/memory.py --xla``): on seven small
-random ViT, hybrid and BiT configurations at two batch sizes each, this count over what XLA:CPU
-allocates for the compiled jax step (argument + output - alias + temp bytes) was 0.80-1.35 for
-training steps (ViTs 0.80-1.02, hybrids 1.23-1.35, BiT 1.06-1.15) and 0.61-1.43 for inference
-(jax 0.10.2, keras 3.15.1, 2026-11-25, 2-core AMD EPYC). XLA:GPU and XLA:TPU fuse and lay out
-buffers differently from XLA:CPU; no GPU or TPU was measured, so treat the count as an estimate
-within about +-40 %, and leave a margin when you pick a batch. XLA:CPU did not shrink the
+Agreement with XLA (``XLA_AGREEMENT``; ``python benchmarks/memory.py --xla``): on eleven small
+random ViT, hybrid, BiT, Axial-ViT and AxialResNet configurations at two batch sizes each, this
+count over what XLA:CPU allocates for the compiled jax step (argument + output - alias + temp
+bytes) was 0.76-1.35 for training steps (ViTs 0.80-1.02, hybrids 1.23-1.35, BiT 1.06-1.15,
+Axial-ViTs 0.76-0.97, AxialResNets 1.08-1.14) and 0.52-1.43 for inference (Axial-ViTs
+0.52-1.09, AxialResNets 0.74-0.86; jax 0.10.2, keras 3.15.1, 2026-11-25, 2-core AMD EPYC).
+XLA:GPU and XLA:TPU fuse and lay out buffers differently from XLA:CPU; no GPU or TPU was
+measured, so treat the count as an estimate within about +-50 %, and leave a margin when you
+pick a batch. XLA:CPU did not shrink the
 step of a ``remat=True`` ViT at all (our remat count was 0.42-0.44 of its allocation).
 
 Example (ViT-B/16 at 384 px, the published fine-tune; one 16 GiB chip):
@@ -44,8 +52,15 @@ import re
 
 import keras
 
-from keras_vit.layers.resnet import root_width, stage_strides
-from keras_vit.models.compute import _ceil_half, _check_size, _configuration
+from keras_vit.layers.resnet import root_width
+from keras_vit.models.axial import AxialResNet, AxialVisionTransformer
+from keras_vit.models.compute import (
+    _ceil_half,
+    _check_size,
+    _configuration,
+    resnet_units,
+    token_spans,
+)
 from keras_vit.models.resnet_v2 import ResNetV2
 from keras_vit.models.vit import VisionTransformer
 
@@ -72,8 +87,8 @@ _KIND_PATTERNS = (
     (r"h100", "H100"),
 )
 OPTIMIZER_SLOTS = {"sgd": 1, "adamw": 2}
-# memory() / XLA:CPU, lowest and highest over the 28 steps of ``benchmarks/memory.py --xla``.
-XLA_AGREEMENT = {"training": (0.80, 1.35), "inference": (0.61, 1.43)}
+# memory() / XLA:CPU, lowest and highest over the 44 steps of ``benchmarks/memory.py --xla``.
+XLA_AGREEMENT = {"training": (0.76, 1.35), "inference": (0.52, 1.43)}
 
 
 def device_memory_gib(kind):
@@ -106,28 +121,42 @@ class MemoryCount(int):
         return self / GIB
 
 
+# The model classes memory() counts (exact classes: a subclass may change the blocks).
+COVERED = (VisionTransformer, AxialVisionTransformer, ResNetV2, AxialResNet)
+
+
 class _Tally:
-    """Per-example activation elements: kept for the backward pass, and the forward peak."""
+    """Per-example elements kept for the backward pass, of the largest unit (a block's
+    gradients in flight) and at the forward peak: activations, and float32 attention matrices
+    (the exponentials and probabilities of a softmax kept, its logits too at the peak)."""
 
     def __init__(self):
-        self.kept, self.block, self.forward = 0, 0, 0
+        self.kept = self.block = self.forward = 0
+        self.matrices = self.block_matrices = self.forward_matrices = 0
 
-    def add(self, kept, forward):
+    def add(self, kept, forward, matrices=(), copies=2):
+        """One unit (a Transformer or ResNet block); ``matrices``: the heads x queries x keys
+        of each of its attentions, ``copies`` of each kept for the backward pass."""
         self.kept += kept
         self.block = max(self.block, kept)
         self.forward = max(self.forward, forward)
+        self.matrices += copies * sum(matrices)
+        # In flight backward through one unit: the gradients of its logits and probabilities.
+        self.block_matrices = max(self.block_matrices, 2 * sum(matrices))
+        self.forward_matrices = max(self.forward_matrices, 3 * max(matrices, default=0))
 
 
-def _conv_side(side, stride):
-    return (-(-side[0] // stride), -(-side[1] // stride))
-
-
-def _resnet_tally(tally, side, channels, stages, width_factor, style):
-    """Add a BiT (``style="bit"``, pre-activation) or hybrid (post-activation) ResNet to
-    ``tally``; return its output side and channels.
+def _resnet_tally(tally, side, channels, stages, width_factor, style, heads=None):
+    """Add a BiT (``style="bit"``, pre-activation), hybrid (post-activation) or AxialResNet
+    (``"axial"``: the hybrid's unit, its 3x3 convolution a column and a row attention of
+    ``heads`` heads) to ``tally``; return its output side and channels.
 
     A GroupNorm keeps its input, output and ReLU output (3 maps of its size); a hybrid unit's
-    un-activated norms (gn3, gn_proj) keep 2, and its output (after the ReLU) 1.
+    un-activated norms (gn3, gn_proj) keep 2, and its output (after the ReLU) 1. An axial
+    attention keeps its projection to 2C and its GroupNorm, q, k, v laid out by heads (2C),
+    its output and that one's GroupNorm (C each): 8C per position; of its matrices, besides
+    the softmax's two, the relative logits' 2 C / heads (jax keeps both operands of each
+    broadcast product q_o r^q_{p-o} and k_p r^k_{p-o} at full size for the backward pass).
     """
     width = root_width(width_factor)
     half = (_ceil_half(side[0]), _ceil_half(side[1]))
@@ -138,67 +167,78 @@ def _resnet_tally(tally, side, channels, stages, width_factor, style):
     else:  # conv, GroupNorm, ReLU, then the pooled map (the first unit's input)
         tally.add(3 * width * area_half + width * area_quarter,
                   side[0] * side[1] * channels + 2 * width * area_half)
-    side, channels = quarter, width
-    for i, (units, stage_stride) in enumerate(zip(stages, stage_strides(len(stages)))):
-        features = width * 2**i
-        for unit in range(units):
-            out = _conv_side(side, stage_stride if unit == 0 else 1)
-            area_in, area_out = side[0] * side[1], out[0] * out[1]
-            projection = channels != 4 * features or out != side
-            if style == "bit":
-                kept = 3 * (channels * area_in + features * area_in + features * area_out)
+    image, side, channels = side, quarter, width
+    for side_in, out, channels, features, stride in resnet_units(image, stages, width_factor):
+        area_in, area_out = side_in[0] * side_in[1], out[0] * out[1]
+        projection = channels != 4 * features or stride != 1
+        forward = channels * area_in + 4 * features * area_out + 2 * features * area_in
+        matrices, copies = (), 2
+        if style == "bit":
+            kept = 3 * (channels * area_in + features * area_in + features * area_out)
+        else:
+            kept = 3 * features * area_in + (2 + 2 * projection + 1) * 4 * features * area_out
+            if style == "axial":  # two attentions, the pooled map (strided) and its ReLU
+                kept += 2 * 8 * features * area_in + (1 + (stride != 1)) * features * area_out
+                forward += 3 * features * area_in
+                matrices = tuple(heads * area_in * length for length in side_in)
+                copies = 2 + 2 * (features // heads)
             else:
-                kept = (3 * features * (area_in + area_out)
-                        + (2 + 2 * projection + 1) * 4 * features * area_out)
-            forward = channels * area_in + 4 * features * area_out + 2 * features * area_in
-            tally.add(kept, forward)
-            side, channels = out, 4 * features
+                kept += 3 * features * area_out
+        tally.add(kept, forward, matrices, copies)
+        side, channels = out, 4 * features
     if style == "bit":  # norm-pre-head and its ReLU
         tally.add(3 * channels * side[0] * side[1], 2 * channels * side[0] * side[1])
     return side, channels
 
 
 def _vit_tally(model, height, width):
-    """(tally, attention kept per block, attention at the forward peak, blocks, what a block
-    keeps, its input), per example."""
+    """(tally, blocks, what a block keeps, its input), per example, of a ViT, hybrid or
+    Axial-ViT (a row and a column block per layer, on the grid with its class row)."""
     tally = _Tally()
     side, channels = (height, width), model.num_channels
     if model.resnet is not None:
         side, channels = _resnet_tally(
             tally, side, channels, model.resnet.get("num_layers", (3, 4, 9)),
             model.resnet.get("width_factor", 1), "hybrid")
-    grid = (side[0] // model.patch_size, side[1] // model.patch_size)
-    tokens = grid[0] * grid[1] + (model.classifier == "token")
+    tokens, spans = token_spans(model, (side[0] // model.patch_size,
+                                        side[1] // model.patch_size))
     dim, mlp = model.hidden_size, model.mlp_dim
     tally.add(0, side[0] * side[1] * channels + tokens * dim)  # the patch embedding
     block = tokens * (8 * dim + 3 * mlp)
     for _ in range(model.num_layers):
-        tally.add(block, tokens * max(4 * dim, 2 * dim + 2 * mlp))
+        for span in spans:
+            tally.add(block, tokens * max(4 * dim, 2 * dim + 2 * mlp),
+                      [model.num_heads * tokens * span])
     tally.add(2 * tokens * dim, 2 * tokens * dim)  # the final LayerNorm
-    matrix = model.num_heads * tokens * tokens
-    return tally, 2 * matrix, 3 * matrix, model.num_layers, block, tokens * dim
+    return tally, model.num_layers * len(spans), block, tokens * dim
 
 
-def _resnet_params(channels, stages, width_factor, style):
+def _resnet_params(channels, side, stages, width_factor, style, heads=None):
+    """Weights and output channels of a BiT, hybrid or AxialResNet (``style`` as
+    ``_resnet_tally``) on images of ``side``: an axial attention holds its (C, 2C)
+    projection, its (2C / heads, 2L - 1) relative table and GroupNorms of 2C and C."""
     width = root_width(width_factor)
-    count = 49 * channels * width + (2 * width if style == "hybrid" else 0)
-    channels = width
-    for i, (units, stage_stride) in enumerate(zip(stages, stage_strides(len(stages)))):
-        features = width * 2**i
-        for unit in range(units):
-            count += channels * features + 9 * features**2 + 4 * features**2
-            count += (2 * channels if style == "bit" else 2 * features) + 2 * features
-            count += 2 * features if style == "bit" else 8 * features
-            if channels != 4 * features or (unit == 0 and stage_stride != 1):
-                count += channels * 4 * features + (8 * features if style == "hybrid" else 0)
-            channels = 4 * features
-    return count, channels
+    count = 49 * channels * width + (0 if style == "bit" else 2 * width)
+    out_channels = width
+    for side_in, _, channels, features, stride in resnet_units(side, stages, width_factor):
+        count += channels * features + 4 * features**2  # conv1, conv3
+        if style == "axial":  # gn1, gn3, the column and the row attention
+            count += 10 * features + sum(
+                2 * features**2 + 2 * (features // heads) * (2 * length - 1) + 6 * features
+                for length in side_in)
+        else:  # conv2, gn2, then gn1 and gn3
+            count += 9 * features**2 + 2 * features
+            count += 2 * channels + 2 * features if style == "bit" else 10 * features
+        if channels != 4 * features or stride != 1:
+            count += channels * 4 * features + (0 if style == "bit" else 8 * features)
+        out_channels = 4 * features
+    return count, out_channels
 
 
-def _position_params(model, grid, tokens):
+def _position_params(model, grid, spans):
     dim, layers = model.hidden_size, model.num_layers
-    if model.position_embedding == "relative":
-        return layers * (2 * tokens - 1) * dim
+    if model.position_embedding == "relative":  # a (2 span - 1, heads, head width) table each
+        return layers * sum(2 * span - 1 for span in spans) * dim
     if model.position_embedding == "none":
         return 0
     grid = model.position_embedding_grid or grid
@@ -220,21 +260,23 @@ def _parameters(model, height, width):
     """The weights of a model's configuration, counted without building it."""
     if isinstance(model, keras.Model):
         return model.count_params()
-    if not hasattr(model, "hidden_size"):
-        count, channels = _resnet_params(model.num_channels, model.block_units,
-                                         model.width_factor, "bit")
-        return count + 2 * channels + _head_params(channels, model)
-    count, channels = 0, model.num_channels
+    if not hasattr(model, "hidden_size"):  # BiT (a final GroupNorm) or AxialResNet
+        axial = hasattr(model, "num_heads")
+        count, channels = _resnet_params(
+            model.num_channels, (height, width), model.block_units, model.width_factor,
+            "axial" if axial else "bit", getattr(model, "num_heads", None))
+        return count + (0 if axial else 2 * channels) + _head_params(channels, model)
+    count, channels, side = 0, model.num_channels, (height, width)
     if model.resnet is not None:
-        stages = model.resnet.get("num_layers", (3, 4, 9))
-        count, channels = _resnet_params(channels, stages, model.resnet.get("width_factor", 1),
-                                         "hybrid")
+        count, channels = _resnet_params(channels, side, model.resnet.get("num_layers", (3, 4, 9)),
+                                         model.resnet.get("width_factor", 1), "hybrid")
     dim, mlp = model.hidden_size, model.mlp_dim
     grid = (height // model.stride, width // model.stride)
-    tokens = grid[0] * grid[1] + (model.classifier == "token")
+    _, spans = token_spans(model, grid)
     count += model.patch_size**2 * channels * dim + dim + (model.classifier == "token") * dim
-    count += _position_params(model, grid, tokens) + 2 * dim + _head_params(dim, model)
-    return count + model.num_layers * (4 * dim + 4 * (dim + 1) * dim + 2 * dim * mlp + mlp + dim)
+    count += _position_params(model, grid, spans) + 2 * dim + _head_params(dim, model)
+    block = 4 * dim + 4 * (dim + 1) * dim + 2 * dim * mlp + mlp + dim
+    return count + model.num_layers * len(spans) * block
 
 
 def _bytes(dtype):
@@ -248,38 +290,48 @@ def _resolve(model, image_size, dtype, overrides):
         num_classes = overrides.pop("num_classes", 1000)
         model_class, config = _configuration(
             model, 224 if image_size is None else image_size, num_classes, overrides)
+        _check_covered(model_class)
         policy = keras.dtype_policies.get(dtype or keras.config.dtype_policy())
         return config, model_class, *_check_size(config, image_size), policy
     if overrides:
         raise TypeError(f"memory takes {', '.join(sorted(overrides))} only with a model name; a "
                         "built model has its configuration already.")
-    if not isinstance(model, (VisionTransformer, ResNetV2)):
-        raise TypeError(
-            f"memory counts keras_vit VisionTransformer and ResNetV2 models and their registered "
-            f"names, got {type(model).__name__}; measure other models with XLA "
-            "(jax.jit(step).lower(...).compile().memory_analysis())."
-        )
+    _check_covered(type(model))
     policy = keras.dtype_policies.get(dtype) if dtype is not None else model.dtype_policy
     return model, type(model), *_check_size(model, image_size), policy
 
 
+def _check_covered(model_class):
+    if model_class not in COVERED:
+        raise TypeError(
+            f"memory counts the keras_vit models {', '.join(c.__name__ for c in COVERED)} "
+            f"(and their registered names), got {model_class.__name__}: its blocks are not in "
+            "the count. Measure it with XLA instead: keras_vit.models.memory.xla_memory(model, "
+            "batch_size) under jax (jax.jit(step).lower(...).compile().memory_analysis())."
+        )
+
+
 def _activations(model, model_class, height, width, training, remat):
     """(activation elements, attention float32 elements) per example at the step's peak."""
-    if issubclass(model_class, ResNetV2):
+    if issubclass(model_class, (ResNetV2, AxialResNet)):
         if remat:
-            raise ValueError("remat=True rematerialises Transformer blocks; a BiT ResNetV2 has "
-                             "none. Use remat=False.")
+            kind = "a BiT ResNetV2" if issubclass(model_class, ResNetV2) else "an AxialResNet"
+            raise ValueError(f"remat=True rematerialises Transformer blocks; {kind} has none. "
+                             "Use remat=False.")
         tally = _Tally()
+        axial = issubclass(model_class, AxialResNet)
         _resnet_tally(tally, (height, width), model.num_channels, model.block_units,
-                      model.width_factor, "bit")
-        return (tally.kept + tally.block, 0) if training else (tally.forward, 0)
-    tally, kept_matrix, forward_matrix, blocks, block, block_input = _vit_tally(
-        model, height, width)
+                      model.width_factor, "axial" if axial else "bit",
+                      getattr(model, "num_heads", None))
+        blocks = block = block_input = 0
+    else:
+        tally, blocks, block, block_input = _vit_tally(model, height, width)
     if not training:
-        return tally.forward, forward_matrix
+        return tally.forward, tally.forward_matrices
     if remat:  # block inputs only; one block recomputed, then the gradients in flight
-        return tally.kept - blocks * (block - block_input) + block + tally.block, 2 * kept_matrix
-    return tally.kept + tally.block, (blocks + 1) * kept_matrix
+        return (tally.kept - blocks * (block - block_input) + block + tally.block,
+                2 * tally.block_matrices)
+    return tally.kept + tally.block, tally.matrices + tally.block_matrices
 
 
 def memory(model, image_size=None, batch_size=1, *, training=True, dtype=None, remat=None,
@@ -290,8 +342,11 @@ def memory(model, image_size=None, batch_size=1, *, training=True, dtype=None, r
     ``XLA_AGREEMENT`` for how it compares with what XLA allocates.
 
     Args:
-        model: a ``VisionTransformer`` (plain or hybrid), a ``ResNetV2`` (BiT), or a registered
-            name (``"ViT-H/14"``, ``"R50+ViT-B/16"``, ``"BiT-R152x2"``), counted without building.
+        model: a ``VisionTransformer`` (plain or hybrid), a ``ResNetV2`` (BiT), an
+            ``AxialVisionTransformer`` or ``AxialResNet``, or a registered name
+            (``"ViT-H/14"``, ``"R50+ViT-B/16"``, ``"BiT-R152x2"``, ``"Axial-ViT-B/16"``,
+            ``"AxialResNet50"``), counted without building. Other models raise a
+            ``TypeError`` (measure them with ``xla_memory``).
         image_size: int or (height, width); by default the model's own, 224 for a name.
         batch_size: examples per step on the device.
         training: a training step (forward, backward, update) or inference alone.

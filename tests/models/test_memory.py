@@ -24,6 +24,9 @@ TINY = dict(num_classes=10)
     ("ViT-Ti/8", dict(TINY, position_embedding_placement="every_layer")),
     ("R50+ViT-Ti/16", TINY),
     ("BiT-R26x1", TINY),
+    ("Axial-ViT-Ti/8", TINY),
+    ("Axial-ViT-Ti/8", dict(TINY, classifier="gap", position_embedding="relative")),
+    ("AxialResNet26", TINY),
 ])
 def test_a_name_counts_what_the_built_model_holds(name, options):
     model = keras_vit.create_model(name, image_size=64, **options)
@@ -56,6 +59,29 @@ def test_parts_follow_batch_precision_optimizer_and_remat():
                   4) == memory("ViT-Ti/8", 32, 4, remat=True, **TINY)
 
 
+def test_axial_attention_is_counted_per_row_and_column():
+    """Axial-ViT-B/16 at 224 px: a 15 x 14 grid (the class row on top), 12 heads; a row
+    attention has 210 x 14 logits per head, a column one 210 x 15, not ViT's 197^2."""
+    row, column = 12 * 210 * 14, 12 * 210 * 15
+    predict = memory("Axial-ViT-B/16", 224, 2, training=False)
+    assert predict.parts["attention"] == 2 * 4 * 3 * column
+    train = memory("Axial-ViT-B/16", 224, 2)
+    assert train.parts["attention"] == 2 * 4 * (12 * 2 * (row + column) + 2 * column)
+    assert train.parts["weights"] == 4 * 171_622_120  # two blocks per layer
+    vit = memory("ViT-B/16", 224, 2)
+    assert train.parts["attention"] < vit.parts["attention"] / 6
+    assert train.parts["activations"] > 2 * vit.parts["activations"]  # twice the blocks
+    gap = memory("Axial-ViT-B/16", 224, 2, classifier="gap", training=False)
+    assert gap.parts["attention"] == 2 * 4 * 3 * 12 * 196 * 14
+    assert memory("Axial-ViT-B/16", 224, 2, remat=True).parts["attention"] == 2 * 4 * 2 * (
+        2 * column)
+    resnet = memory("AxialResNet50", 224, 2)
+    assert resnet.parts["weights"] == 4 * 19_373_640
+    assert resnet.parts["attention"] > 0 and memory(
+        "AxialResNet50x2", 224, 2).parts["weights"] == 4 * 73_062_568
+    assert largest_batch("AxialResNet50", 224, 16) < largest_batch("BiT-R50x1", 224, 16)
+
+
 def test_largest_batch_is_the_last_that_fits():
     batch = largest_batch("R50+ViT-B/16", 384, 16)
     assert memory("R50+ViT-B/16", 384, batch) <= 16 * GIB < memory("R50+ViT-B/16", 384, batch + 1)
@@ -72,6 +98,13 @@ def test_a_budget_below_one_example_names_the_fix():
         memory("ViT-L/16", 224, 1, remat=True)
     with pytest.raises(ValueError, match="a BiT ResNetV2 has none"):
         memory("BiT-R50x1", 224, 1, remat=True)
+    with pytest.raises(ValueError, match="an AxialResNet has none"):
+        memory("AxialResNet50", 224, 1, remat=True)
+    inputs = keras.Input((8, 8, 3))
+    other = keras.Model(inputs, keras.layers.Dense(2)(inputs))
+    with pytest.raises(TypeError, match="got Functional: its blocks are not in the count.*"
+                                        "xla_memory"):
+        memory(other, 8, 1)
     with pytest.raises(ValueError, match="Unknown optimizer 'adam'"):
         memory("ViT-B/16", 224, 1, optimizer="adam")
     with pytest.raises(TypeError, match="only with a model name"):
@@ -108,10 +141,17 @@ def test_figure_12_reading():
                                        num_heads=4, mlp_dim=128,
                                        resnet=dict(num_layers=(1, 1), width_factor=0.5)), True),
     (keras_vit.ResNetV2, dict(image_size=64, block_units=(1, 1), width_factor=0.5), False),
+    (keras_vit.AxialVisionTransformer, dict(image_size=32, patch_size=8, hidden_size=32,
+                                            num_layers=1, num_heads=4, mlp_dim=64), True),
+    (keras_vit.AxialVisionTransformer, dict(image_size=64, patch_size=8, hidden_size=64,
+                                            num_layers=1, num_heads=4, mlp_dim=128,
+                                            classifier="gap"), False),
+    (keras_vit.AxialResNet, dict(image_size=32, block_units=(1,), width_factor=0.5), True),
 ])
 def test_agreement_with_xla(model_class, config, training):
     """Within the range measured by benchmarks/memory.py --xla (XLA_AGREEMENT), widened by
-    10 % for other jax versions: the three steps measured 1.01, 1.23-1.29 and 0.79-0.82."""
+    10 % for other jax versions: the six steps measured 1.01, 1.23-1.29, 0.79-0.82 (ViT,
+    hybrid, BiT), 0.99, 0.97 and 1.20 (Axial-ViT, Axial-ViT GAP, AxialResNet)."""
     from keras_vit.models.memory import XLA_AGREEMENT, xla_memory
 
     model = model_class(num_classes=10, **config)
