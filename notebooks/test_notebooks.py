@@ -1,6 +1,6 @@
 """Execute every teaching notebook top to bottom in small mode (KERAS_VIT_SMALL=1).
 
-Run by .ci/run as `python -m pytest notebooks` under a chosen KERAS_BACKEND, and by .ci/colab
+Run as `python -m pytest notebooks` under a chosen KERAS_BACKEND in a clone, and in CI by .ci/colab
 from a copy outside the checkout (a fresh virtualenv with the wheel, a download mirror; one device
 as on Colab's TPU v5e-1, then a subset with 8 devices and Kaggle's variables).
 The committed notebooks keep the outputs of a full run. Each notebook runs alone in a fresh
