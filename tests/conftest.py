@@ -11,6 +11,14 @@ FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "official")
 LOGIT_ATOL = 2e-6
 
 
+# For tests that run the console script in a clean environment of their own (no KERAS_BACKEND,
+# their own HOME): what they check does not depend on the backend of the suite that runs them,
+# so they run in one of .ci/run's three suites, not in all three (CI's 90 minutes).
+once_per_ci = pytest.mark.skipif(
+    keras.backend.backend() != "jax",
+    reason="runs the console script in its own clean environment: checked in the jax suite")
+
+
 def fixture_path(name):
     return os.path.join(FIXTURES, name)
 
