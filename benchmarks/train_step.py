@@ -55,7 +55,8 @@ MODELS = {
                     classifier="token", batch=8, steps=3),
 }
 KERAS_BACKENDS = ("jax", "tensorflow", "torch")
-SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "mlp_dim", "classifier", "patch_size")
+SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "mlp_dim", "classifier", "patch_size",
+              "resnet")
 IMPLEMENTATIONS = (*KERAS_BACKENDS, "timm", "timm-compile")
 # Dense (no sparsity) bf16 peaks in TFLOP/s, from the vendors' data sheets.
 PEAK_BF16_TFLOPS = {"H100 80GB HBM3": 989.0, "H100 PCIe": 756.0, "H100 NVL": 835.0,
