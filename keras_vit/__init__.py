@@ -3,46 +3,77 @@
 Example:
 >>> import keras_vit
 >>> model = keras_vit.create_model("ViT-Ti/4", image_size=28, num_classes=10, num_channels=1)
+
+Importing the package defines names and nothing more: the public names below load their modules
+(and Keras) on first use (PEP 562), so ``import keras_vit`` is fast and has no side effects. The
+``keras-vit`` command, which chooses a backend, is the application ``keras_vit.app``.
 """
 
-# First, before Keras is imported: the backend where the user chose none (backend_choice).
-from keras_vit import backend_choice as _backend_choice  # noqa: F401, I001
-from keras_vit import distribution
-from keras_vit.checkpoints.export import export_model
-from keras_vit.checkpoints.formats import load_checkpoint, save_checkpoint
-from keras_vit.checkpoints.keras_hub import from_keras_hub, to_keras_hub
-from keras_vit.layers.patching import PatchEmbedding, patchify
-from keras_vit.layers.position import resize_position_embedding
-from keras_vit.models.axial import AxialResNet, AxialVisionTransformer
-from keras_vit.models.compute import flops
-from keras_vit.models.memory import largest_batch, memory
-from keras_vit.models.registry import model_names
-from keras_vit.models.resize import resize_model, resize_patch_size
-from keras_vit.models.resnet_v2 import ResNetV2
-from keras_vit.models.vit import VisionTransformer
-from keras_vit.pretrained import create_model
+from keras_vit import _deprecated
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "AxialResNet",
-    "AxialVisionTransformer",
-    "PatchEmbedding",
-    "ResNetV2",
-    "VisionTransformer",
-    "create_model",
-    "distribution",
-    "export_model",
-    "flops",
-    "from_keras_hub",
-    "largest_batch",
-    "load_checkpoint",
-    "memory",
-    "model_names",
-    "patchify",
-    "resize_model",
-    "resize_patch_size",
-    "resize_position_embedding",
-    "save_checkpoint",
-    "to_keras_hub",
-]
+# Public name -> the module that defines it ("" for a subpackage of its own name).
+_ORIGINS = {
+    "AxialResNet": "keras_vit.models.axial",
+    "AxialVisionTransformer": "keras_vit.models.axial",
+    "PatchEmbedding": "keras_vit.layers.patching",
+    "ResNetV2": "keras_vit.models.resnet_v2",
+    "VisionTransformer": "keras_vit.models.vit",
+    "create_model": "keras_vit.pretrained",
+    "distribution": "",
+    "export_model": "keras_vit.checkpoints.export",
+    "flops": "keras_vit.models.compute",
+    "from_keras_hub": "keras_vit.checkpoints.keras_hub",
+    "largest_batch": "keras_vit.models.memory",
+    "load_checkpoint": "keras_vit.checkpoints.formats",
+    "memory": "keras_vit.models.memory",
+    "model_names": "keras_vit.models.registry",
+    "patchify": "keras_vit.layers.patching",
+    "resize_model": "keras_vit.models.resize",
+    "resize_patch_size": "keras_vit.models.resize",
+    "resize_position_embedding": "keras_vit.layers.position",
+    "save_checkpoint": "keras_vit.checkpoints.formats",
+    "to_keras_hub": "keras_vit.checkpoints.keras_hub",
+}
+
+__all__ = sorted(_ORIGINS)
+
+# Deprecated aliases (no module is imported until one is used): the command line moved.
+_deprecated.install(__name__, {
+    "cli": ("keras_vit.app.cli", ("keras_vit.app:main",)),  # old console scripts call main
+    "backend_choice": ("keras_vit.app.backend_choice", ()),
+})
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: for type checkers and IDEs
+if TYPE_CHECKING:
+    from keras_vit import distribution
+    from keras_vit.checkpoints.export import export_model
+    from keras_vit.checkpoints.formats import load_checkpoint, save_checkpoint
+    from keras_vit.checkpoints.keras_hub import from_keras_hub, to_keras_hub
+    from keras_vit.layers.patching import PatchEmbedding, patchify
+    from keras_vit.layers.position import resize_position_embedding
+    from keras_vit.models.axial import AxialResNet, AxialVisionTransformer
+    from keras_vit.models.compute import flops
+    from keras_vit.models.memory import largest_batch, memory
+    from keras_vit.models.registry import model_names
+    from keras_vit.models.resize import resize_model, resize_patch_size
+    from keras_vit.models.resnet_v2 import ResNetV2
+    from keras_vit.models.vit import VisionTransformer
+    from keras_vit.pretrained import create_model
+
+
+def __getattr__(name):
+    if name not in _ORIGINS:
+        raise AttributeError(f"module 'keras_vit' has no attribute {name!r}")
+    import importlib
+
+    origin = _ORIGINS[name]
+    value = (importlib.import_module(f"keras_vit.{name}") if not origin
+             else getattr(importlib.import_module(origin), name))
+    globals()[name] = value  # found directly from now on
+    return value
+
+
+def __dir__():
+    return sorted({*globals(), *__all__})

@@ -2,7 +2,7 @@
 
 import sys
 
-from keras_vit.cli import main
+from keras_vit.app import main
 
 if __name__ == "__main__":
     sys.exit(main())

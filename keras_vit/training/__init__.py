@@ -7,6 +7,7 @@ Example:
 'AdamW'
 """
 
+from keras_vit import _deprecated
 from keras_vit.training.mpp import MaskedPatchPrediction
 from keras_vit.training.optimizers import AccumulatingSGD, TraceSGD
 from keras_vit.training.recipes import (
@@ -16,6 +17,17 @@ from keras_vit.training.recipes import (
     pretraining_optimizer,
 )
 from keras_vit.training.schedules import WarmupLinearDecay, warmup_schedule
+
+# Deprecated aliases of the application's modules, which moved to keras_vit.app (issue 28);
+# they import nothing until one of their names is used.
+_deprecated.install(__name__, {
+    "configs": ("keras_vit.app.configs", ()),
+    "planning": ("keras_vit.app.planning", ()),
+    "run_files": ("keras_vit.app.run_files", ()),
+    "runs": ("keras_vit.app.runs", ("keras_vit.app.commands", "keras_vit.app.train",
+                                    "keras_vit.app.finetune", "keras_vit.app.evaluate",
+                                    "keras_vit.checkpoints.convert")),
+})
 
 __all__ = [
     "AccumulatingSGD",

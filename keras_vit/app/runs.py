@@ -1,9 +1,9 @@
 """What the ``keras-vit`` commands do, as functions of their configurations.
 
-Each function takes its command's dataclass of ``keras_vit.training.configs`` (or a dict of its
+Each function takes its command's dataclass of ``keras_vit.app.configs`` (or a dict of its
 fields), builds data and model from ``keras_vit.data`` / ``keras_vit.models``, trains or
 evaluates with the recipes of ``keras_vit.training``, writes its run folder (``run_files``) and
-returns the metrics. ``keras_vit.cli`` only turns the configurations into flags.
+returns the metrics. ``keras_vit.app.cli`` only turns the configurations into flags.
 """
 
 import dataclasses
@@ -19,8 +19,8 @@ from keras_vit.distribution import accelerator, check_batch_size, num_replicas, 
 from keras_vit.models.memory import device_memory_gib, plan_batch
 from keras_vit.models.registry import create_model
 from keras_vit.models.resize import rebuild
-from keras_vit.training import configs, planning, run_files
-from keras_vit.training.configs import DEFAULT_MODEL, DEFAULT_OVERRIDES
+from keras_vit.app import configs, planning, run_files
+from keras_vit.app.configs import DEFAULT_MODEL, DEFAULT_OVERRIDES
 from keras_vit.training.published import recipe
 from keras_vit.training.recipes import (
     classification_loss,
@@ -298,7 +298,7 @@ def _evaluations(config):
 
 def _plan(run, scratch, test_ds):
     """``(epochs, plan)``: the fixed ``--epochs``, the length of the interrupted run this one
-    resumes, or the most epochs the budget allows (``keras_vit.training.planning``)."""
+    resumes, or the most epochs the budget allows (``keras_vit.app.planning``)."""
     config = run.config
     if config.epochs is not None:
         return config.epochs, {"epochs": config.epochs, "fixed": True}
@@ -641,5 +641,5 @@ RUNS = {"train": train, "finetune": finetune, "evaluate": evaluate, "fewshot": f
 
 
 def run(config):
-    """Run the command of ``config``, a dataclass of ``keras_vit.training.configs.COMMANDS``."""
+    """Run the command of ``config``, a dataclass of ``keras_vit.app.configs.COMMANDS``."""
     return RUNS[config.command](config)

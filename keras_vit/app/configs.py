@@ -1,7 +1,7 @@
 """One typed configuration per ``keras-vit`` command: its options, their defaults and help.
 
-``keras_vit.cli`` builds each command's flags from these dataclasses (a field ``batch_size`` is
-the flag ``--batch-size``, its metadata the help), and ``keras_vit.training.runs`` takes them,
+``keras_vit.app.cli`` builds each command's flags from these dataclasses (a field ``batch_size`` is
+the flag ``--batch-size``, its metadata the help), and ``keras_vit.app.runs`` takes them,
 so a default is written once. Programs may pass a dict instead (``from_dict``), which fills in
 the same defaults and rejects unknown keys.
 

@@ -7,10 +7,9 @@ default, has chosen nothing, and the command then runs on the installed backend 
 for training (``benchmarks/train_step.py``, docs/training.md) and says so. Any other choice is
 kept: ``KERAS_BACKEND=tensorflow keras-vit train`` runs on TensorFlow.
 
-A library import (``import keras_vit`` in a notebook) changes nothing the user chose either; only
-where no backend was chosen and the configured one is not installed (TensorFlow, Keras' default,
-on a Colab TPU runtime, which ships none) does it pick jax, else torch, rather than let
-``import keras`` fail.
+Only the command's entry point (``keras_vit.app.main``) calls ``prepare_command_line``; importing
+this module, like ``import keras_vit``, changes nothing: a library leaves the process's
+environment, file descriptors and threads to the program that imports it.
 
 The command also quiets the start-up lines of TensorFlow and XLA (oneDNN notices, CUDA probing on a
 machine without a GPU) that come before the first epoch; a variable the user set is kept.
@@ -26,15 +25,10 @@ import threading
 
 CHOSEN = None  # the backend prepare_command_line chose for the user, until announced
 KERAS_DEFAULT = "tensorflow"
-# Fastest first, for the whole `keras-vit train` job (docs/training.md, "Training speed").
-# CPU: 2-core AMD EPYC shared with other programs, interleaved runs of 2 epochs of 30 steps
-# (2026-11-24): a second epoch took tensorflow 2.1-2.6 s, jax 9.0 s, torch 30-46 s; torch's
-# threads stall when the cores are busy (tf.data's threads too). Re-measured with evaluation
-# included (benchmarks/train_job.py, 2 rounds, load 9-25, 2026-11-24 20:47 UTC): second epoch
-# tensorflow 7.6-15.7 s, jax 13.1-64.8 s, torch 537-638 s. Idle (23:29 UTC) torch is the
-# fastest (2.2 s against 2.6 and 3.0), but the order is for a machine that may be shared.
-# GPU: H100, bf16, the step of benchmarks/train_step.py: jax 4.4x faster than timm on the
-# default model, torch 0.27x; tensorflow was not measured there.
+# Fastest first, for the whole `keras-vit train` job: benchmarks/train_job.py on a CPU,
+# benchmarks/train_step.py on a GPU (the numbers: docs/training.md, "Training speed"). The CPU
+# order is for a machine that other programs share: torch, the fastest on idle cores, stalls
+# when they are busy (its threads, and tf.data's, wait on each other).
 FASTEST = {"cpu": ("tensorflow", "jax", "torch"), "gpu": ("jax", "torch", "tensorflow")}
 QUIET = {"TF_CPP_MIN_LOG_LEVEL": "2", "GRPC_VERBOSITY": "ERROR", "GLOG_minloglevel": "2"}
 # TensorFlow's start-up lines that come through before its logging reads TF_CPP_MIN_LOG_LEVEL.
@@ -47,23 +41,15 @@ NOISE = re.compile(
 NOISE_START = re.compile(r"^(W(A(R(N(I(N(G(:.*)?)?)?)?)?)?)?$|[IWE]\d|To enable)")
 
 
-def is_command_line():
-    """Whether this process is the ``keras-vit`` command (console script or ``-m keras_vit``)."""
-    if sys.argv and os.path.basename(sys.argv[0]) in ("keras-vit", "keras-vit.exe"):
-        return True
-    argv = getattr(sys, "orig_argv", [])
-    return any(a == "-m" and b == "keras_vit" for a, b in zip(argv, argv[1:]))
-
-
 def prepare_command_line():
-    """Choose the backend and quiet start-up noise, when this is the command and Keras is not
-    yet imported (``keras_vit/__init__.py`` calls this before it imports Keras)."""
+    """Choose the backend and quiet start-up noise for the life of the command, unless Keras is
+    already imported (a program that calls the command line in-process chose already)."""
     global CHOSEN
-    if not is_command_line() or "keras" in sys.modules:
+    if "keras" in sys.modules:
         return
     CHOSEN = choose_backend()
     quiet_startup()
-    noise = FilteredStderr().__enter__()  # for the life of the command
+    noise = FilteredStderr().__enter__()
     atexit.register(noise.__exit__, None, None, None)  # after a traceback is printed
 
 
@@ -110,20 +96,6 @@ def installed(backend):
                    for name in modules.get(backend, (backend,)))
     except (ImportError, ValueError):
         return False
-
-
-def fallback_backend(environ=None):
-    """Where nothing was chosen and Keras' default is not installed, use jax, else torch.
-
-    Returns the backend set here, or None when Keras decides.
-    """
-    environ = os.environ if environ is None else environ
-    if user_backend(environ) is not None or installed(KERAS_DEFAULT):
-        return None
-    backend = next((b for b in ("jax", "torch") if installed(b)), None)
-    if backend is not None:
-        environ["KERAS_BACKEND"] = backend
-    return backend
 
 
 def accelerator():
@@ -203,10 +175,3 @@ def _write(fd, data):
     except OSError:  # the reader went away (`keras-vit ... 2>&1 | head`): drop the rest
         pass
 
-
-# On import: keras_vit/__init__.py imports this module before Keras.
-if "keras" not in sys.modules:
-    if is_command_line():
-        prepare_command_line()
-    else:
-        fallback_backend()

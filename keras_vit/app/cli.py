@@ -5,8 +5,8 @@ Commands: ``train`` (from scratch), ``finetune``, ``evaluate``, ``fewshot``, ``p
 with ``model.keras``, ``metrics.json`` (test accuracy, wall time, the whole configuration),
 ``history.json`` and ``curves.png``. ``keras-vit train`` with no arguments trains a small ViT on
 the offline Fashion-MNIST and prints its test accuracy. The logic lives in
-``keras_vit.training.runs``, the options with their defaults and help in
-``keras_vit.training.configs``; this module only turns those into flags.
+``keras_vit.app.runs``, the options with their defaults and help in
+``keras_vit.app.configs``; this module only turns those into flags.
 
 Models: ``--model`` takes any ``keras_vit.create_model`` name ("ViT-S/16", the BiT and hybrid
 names once registered) and ``--set key=value`` overrides any constructor argument (JSON values):
@@ -21,7 +21,7 @@ import dataclasses
 import json
 import sys
 
-from keras_vit.training.configs import COMMANDS, value_type
+from keras_vit.app.configs import COMMANDS, value_type
 from keras_vit.training.published import recipe
 
 
@@ -49,7 +49,7 @@ def _add_option(parser, groups, field):
 
 
 def build_parser():
-    """The ``keras-vit`` parser: a sub-command per ``keras_vit.training.configs.COMMANDS``."""
+    """The ``keras-vit`` parser: a sub-command per ``keras_vit.app.configs.COMMANDS``."""
     parser = argparse.ArgumentParser(
         prog="keras-vit", description="Train, fine-tune and evaluate Vision Transformers.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -97,9 +97,9 @@ def main(argv=None):
     if args.command is None:
         parser.print_help()
         return 2
-    from keras_vit import backend_choice
+    from keras_vit.app import backend_choice
     from keras_vit.distribution import data_parallel
-    from keras_vit.training import runs
+    from keras_vit.app import runs
 
     backend_choice.announce()
 

@@ -1,0 +1,21 @@
+"""The ``keras-vit`` application, above the library: it imports ``keras_vit``, never the reverse.
+
+- ``cli``: the command line, flags built from the run configurations.
+- ``configs``: one typed configuration per command (options, defaults, help).
+- ``commands``: each command's run function; ``runs`` what they share (data, model, run folder),
+  ``train`` (``train``, ``pretrain-mpp``), ``finetune``, ``evaluate`` (``evaluate``, ``fewshot``);
+  ``convert`` is the library's ``keras_vit.checkpoints.convert``.
+- ``run_files``: the folder a run writes; ``planning``: the epochs that fit a time budget.
+- ``backend_choice``: the command's Keras backend, chosen in ``main`` before Keras is imported.
+"""
+
+from keras_vit.app import backend_choice
+
+
+def main(argv=None):
+    """Entry point of the ``keras-vit`` console script and of ``python -m keras_vit``."""
+    backend_choice.prepare_command_line()
+    # Imported only now: the command line imports Keras, which fixes its backend on import.
+    from keras_vit.app import cli
+
+    return cli.main(argv)
