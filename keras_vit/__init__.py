@@ -37,7 +37,28 @@ _ORIGINS = {
     "to_keras_hub": "keras_vit.checkpoints.keras_hub",
 }
 
-__all__ = sorted(_ORIGINS)
+__all__ = [
+    "AxialResNet",
+    "AxialVisionTransformer",
+    "PatchEmbedding",
+    "ResNetV2",
+    "VisionTransformer",
+    "create_model",
+    "distribution",
+    "export_model",
+    "flops",
+    "from_keras_hub",
+    "largest_batch",
+    "load_checkpoint",
+    "memory",
+    "model_names",
+    "patchify",
+    "resize_model",
+    "resize_patch_size",
+    "resize_position_embedding",
+    "save_checkpoint",
+    "to_keras_hub",
+]  # the keys of _ORIGINS
 
 # Deprecated aliases (no module is imported until one is used): the command line moved.
 _deprecated.install(__name__, {

@@ -4,12 +4,14 @@ Commands: ``train`` (from scratch), ``finetune``, ``evaluate``, ``fewshot``, ``p
 ``convert``. Each run writes a folder (``--output``, default ``runs/<command>-<dataset>-<model>``)
 with ``model.keras``, ``metrics.json`` (test accuracy, wall time, the whole configuration),
 ``history.json`` and ``curves.png``. ``keras-vit train`` with no arguments trains a small ViT on
-the offline Fashion-MNIST and prints its test accuracy. The logic lives in
-``keras_vit.app.runs``, the options with their defaults and help in
-``keras_vit.app.configs``; this module only turns those into flags.
+the offline Fashion-MNIST and prints its test accuracy. What each command does lives in
+``keras_vit.app.commands``, the options with their defaults and help in ``keras_vit.app.configs``;
+this module only turns those into flags. The backend is chosen before this module is imported
+(``keras_vit.app.main``).
 
-Models: ``--model`` takes any ``keras_vit.create_model`` name ("ViT-S/16", the BiT and hybrid
-names once registered) and ``--set key=value`` overrides any constructor argument (JSON values):
+Models: ``--model`` takes any ``keras_vit.create_model`` name (``keras_vit.model_names()``: the
+ViT, hybrid, BiT and axial models) and ``--set key=value`` overrides any constructor argument
+(JSON values):
 
     keras-vit train --model ViT-Ti/4 --set hidden_size=96 --set num_layers=6 --epochs 10
     keras-vit train --model BiT-R26x1 --dataset fashion_mnist --image-size 32
@@ -21,8 +23,16 @@ import dataclasses
 import json
 import sys
 
+from keras_vit.app import backend_choice, commands
 from keras_vit.app.configs import COMMANDS, value_type
+from keras_vit.distribution import data_parallel
 from keras_vit.training.published import recipe
+
+# What a command reports as one line and exit status 1, without a traceback: the refusals of bad
+# values and missing files (``ValueError``, which ``errors.UsageError`` is, and
+# ``FileNotFoundError``) that the library and the runs raise with what to do instead. Anything
+# else is a bug and keeps its traceback.
+USER_ERRORS = (ValueError, FileNotFoundError)
 
 
 def _add_option(parser, groups, field):
@@ -91,24 +101,20 @@ def _print_result(result):
 
 
 def main(argv=None):
-    """Entry point of the ``keras-vit`` console script."""
+    """The command line, for a process whose backend is already chosen (``keras_vit.app.main``
+    is the console script's entry point)."""
     parser = build_parser()
     args = _parse(parser, argv)
     if args.command is None:
         parser.print_help()
         return 2
-    from keras_vit.app import backend_choice
-    from keras_vit.distribution import data_parallel
-    from keras_vit.app import runs
-
     backend_choice.announce()
-
     options = vars(args)
     command = options.pop("command")
     try:
         data_parallel()
-        result = runs.run(COMMANDS[command](**options))
-    except (ValueError, FileNotFoundError, TypeError) as error:
+        result = commands.run(COMMANDS[command](**options))
+    except USER_ERRORS as error:
         print(f"keras-vit {command}: error: {error}", file=sys.stderr)
         return 1
     _print_result(json.loads(json.dumps(result, default=str)))

@@ -4,6 +4,7 @@
 killed and resumed (``keras.callbacks.BackupAndRestore``) still ends with its whole history.
 """
 
+import importlib.util
 import json
 import os
 import re
@@ -11,6 +12,8 @@ import shutil
 import time
 
 import keras
+
+from keras_vit.app.errors import UsageError
 
 BACKUP = "backup"
 HISTORY = "history.json"
@@ -114,7 +117,7 @@ def check_resume(run_dir, config):
                          if k not in _RESUME_FREE and started.get(k) != wanted.get(k))
         if changed:
             details = ", ".join(f"{k}: {started.get(k)!r} -> {wanted.get(k)!r}" for k in changed)
-            raise ValueError(
+            raise UsageError(
                 f"{run_dir} holds an interrupted run started with other options ({details}). "
                 "Run the same command again to resume it, pass another --output, or delete "
                 f"{os.path.join(run_dir, BACKUP)} to start afresh.")
@@ -179,10 +182,24 @@ class EpochLog(keras.callbacks.Callback):
         write_json(self.path, self.records)
 
 
+PLOTTING_PACKAGE = ("curves.png needs matplotlib: pip install \"keras-vit-paper[train]\" (or "
+                    "pip install matplotlib)")
+
+
+def check_plotting():
+    """Refuse a run that would train and then fail to draw its curves."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UsageError(PLOTTING_PACKAGE + ".")
+
+
 def plot_curves(history, path, title):
     """Loss and accuracy per epoch (train and validation) as a PNG, with matplotlib's Agg canvas."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    try:  # an optional package (the train extra), imported only here
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as error:
+        raise ImportError(f"{PLOTTING_PACKAGE}; the model and metrics of {path!r}'s run were "
+                          "written.") from error
 
     figure = Figure(figsize=(9, 3.5))
     FigureCanvasAgg(figure)
@@ -206,6 +223,6 @@ def plot_curves(history, path, title):
 def write_run(run_dir, *, model, metrics, history, title):
     """Save ``model.keras``, ``metrics.json`` and (with a history) ``curves.png``."""
     model.save(os.path.join(run_dir, MODEL))
+    write_json(os.path.join(run_dir, METRICS), dict(metrics, history=history))
     if history:
         plot_curves(history, os.path.join(run_dir, CURVES), title)
-    write_json(os.path.join(run_dir, METRICS), dict(metrics, history=history))

@@ -157,7 +157,13 @@ def load_digits(*, test_fraction=0.5, seed=0):
     >>> x.shape[1:], len(x) + len(xt), sorted(set(y.tolist())) == list(range(10))
     ((8, 8, 1), 1797, True)
     """
-    from sklearn.datasets import load_digits as sklearn_digits
+    try:  # an optional package (the train and notebooks extras), imported only here
+        from sklearn.datasets import load_digits as sklearn_digits
+    except ImportError as error:
+        raise ImportError(
+            "The digits dataset comes with scikit-learn: pip install \"keras-vit-paper[train]\" "
+            "(or pip install scikit-learn)."
+        ) from error
 
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}.")

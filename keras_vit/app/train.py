@@ -1,0 +1,215 @@
+"""``keras-vit train`` (from scratch, planned to a time budget) and ``keras-vit pretrain-mpp``
+(masked patch prediction): the two commands that build a new model.
+"""
+
+import dataclasses
+import os
+import time
+
+import keras
+
+from keras_vit import data
+from keras_vit.app import configs, planning, run_files, runs
+from keras_vit.app.errors import UsageError
+from keras_vit.training.mpp import MaskedPatchPrediction
+from keras_vit.training.recipes import pretraining_optimizer
+
+
+@dataclasses.dataclass
+class _Scratch:
+    """A new model and its endless training batches (``train``, ``pretrain-mpp``)."""
+
+    model: keras.Model
+    batches: object
+    steps_per_epoch: int
+    augmentation: str
+    resize_size: int | None
+    examples: object
+    pipeline_options: dict
+
+    def new_batches(self):
+        """Another pipeline of the same batches, from the start (for measuring)."""
+        return data.pipeline(self.examples, **self.pipeline_options)
+
+
+def _from_scratch(run, dtype=None, **pipeline_options):
+    config, info = run.config, run.info
+    image_size, resize_size = data.resolution(info.name, config.image_size)
+    model = runs.build_model(config, image_size=image_size, num_classes=info.num_classes,
+                        channels=info.channels, dtype=dtype)
+    examples = data.load_examples(info.name, "train", data_dir=config.data_dir,
+                                  max_examples=config.train_examples, shuffle_files=True)
+    steps_per_epoch = _steps_per_epoch(examples, config.batch_size)
+    augmentation, resize_size = config.crop(info, image_size, resize_size)
+    options = dict(batch_size=config.batch_size, image_size=image_size,
+                   num_classes=info.num_classes, training=True, augmentation=augmentation,
+                   resize_size=resize_size, channels=runs.channels(model), repeat=True,
+                   seed=config.seed, **pipeline_options)
+    return _Scratch(model, data.pipeline(examples, **options), steps_per_epoch, augmentation,
+                    resize_size, examples, options)
+
+
+def _steps_per_epoch(examples, batch_size):
+    """Full batches in one pass over ``examples`` (the epoch length of an endless pipeline)."""
+    steps = runs.count_examples(examples) // batch_size
+    if steps < 1:
+        raise UsageError(f"batch_size {batch_size} is larger than the training set; use a smaller "
+                         "--batch-size or more --train-examples.")
+    return steps
+
+
+def _pretraining_optimizer(config, steps_per_epoch, epochs=None, **options):
+    total_steps = steps_per_epoch * (epochs or config.epochs)
+    return pretraining_optimizer(
+        total_steps, learning_rate=config.learning_rate,
+        warmup_steps=runs.warmup(config.warmup_steps, steps_per_epoch, total_steps),
+        decay=config.decay, weight_decay=config.weight_decay, **options)
+
+
+def _compile(model, config, steps_per_epoch, epochs):
+    """Compile ``model`` with the pre-training recipe for a run of ``epochs``."""
+    optimizer = _pretraining_optimizer(config, steps_per_epoch, epochs=epochs,
+                                       global_clipnorm=config.clipnorm)
+    runs.compile_model(model, optimizer, config.label_smoothing)
+
+
+def _validation_epochs(epochs, every):
+    """The 1-based epochs after which ``train`` evaluates the test set: every ``every``-th and
+    the last.
+
+    >>> _validation_epochs(19, 4), _validation_epochs(2, 4)
+    ([4, 8, 12, 16, 19], [2])
+    """
+    return sorted({*range(every, epochs + 1, every), epochs})
+
+
+def _resumable_callbacks(run, epochs):
+    """``(log, callbacks, resuming)``: the epoch log and a backup that resumes a killed run."""
+    recorded = dict(run.config.to_dict(), epochs=epochs)  # a planned length is kept for resuming
+    resuming = run_files.check_resume(run.run_dir, recorded)
+    if resuming:
+        print(f"Resuming the interrupted run in {run.run_dir}")
+    log = run_files.EpochLog(run.run_dir, keep_existing=resuming)
+    # The log is written before the backup: a kill between the two redoes that epoch, whose
+    # record is then replaced, so no finished epoch is ever missing from the history.
+    backup = run_files.AtomicBackup(os.path.join(run.run_dir, run_files.BACKUP))
+    return log, [log, backup], resuming
+
+
+def _epoch_end_writes(model, folder):
+    """What ``train`` writes after an epoch of ``model`` (history, atomic backup) into ``folder``
+    (``planning.measure_costs`` times it)."""
+    for callback in (run_files.EpochLog(folder, keep_existing=True),
+                     run_files.AtomicBackup(os.path.join(folder, run_files.BACKUP))):
+        callback.set_model(model)
+        callback.on_epoch_begin(0)
+        callback.on_epoch_end(0, {"loss": 1.0})
+
+
+def _check_train_config(config):
+    if config.validate_every < 1:
+        raise UsageError(f"--validate-every must be at least 1, got {config.validate_every}; "
+                         "use --no-validate to skip the evaluations during training.")
+    if config.epochs is not None and config.epochs < 1:
+        raise UsageError(f"--epochs must be at least 1, got {config.epochs}; leave it out to "
+                         "plan the epochs from --time-budget.")
+    planning.check_budget(config.time_budget)
+
+
+def _evaluations(config):
+    """How many test-set evaluations a run of ``epochs`` makes: validations and the final one."""
+    def count(epochs):
+        validations = _validation_epochs(epochs, config.validate_every) if config.validate else []
+        return len(validations) + 1
+    return count
+
+
+def _plan(run, scratch, test_ds):
+    """``(epochs, plan)``: the fixed ``--epochs``, the length of the interrupted run this one
+    resumes, or the most epochs the budget allows (``keras_vit.app.planning``)."""
+    config = run.config
+    if config.epochs is not None:
+        return config.epochs, {"epochs": config.epochs, "fixed": True}
+    earlier = run_files.interrupted_run_config(run.run_dir)
+    if earlier is not None and earlier.get("epochs"):
+        return earlier["epochs"], {"epochs": earlier["epochs"], "resumed": True}
+    costs = planning.measure_costs(scratch.model, scratch.new_batches(), test_ds,
+                                   runs.count_batches(test_ds), epoch_end=_epoch_end_writes)
+    plan = planning.plan_epochs(config.time_budget, elapsed_seconds=time.time() - run.started,
+                                costs=costs, steps_per_epoch=scratch.steps_per_epoch,
+                                evaluations=_evaluations(config))
+    print(plan.describe())
+    return plan.epochs, plan.to_dict()
+
+
+def train(config):
+    """Train a model from scratch (pre-training recipe: AdamW, warmup + decay, clipping).
+
+    ``config``: a ``TrainConfig`` or a dict of its fields. Without ``epochs``, the run measures
+    its step time and plans as many epochs as fit ``time_budget`` seconds (``planning``).
+    Resumes from ``<output>/backup`` when an earlier run with the same output was interrupted.
+    """
+    config = configs.TrainConfig.coerce(config)
+    _check_train_config(config)
+    model_name = runs.model_spec(config)[0]
+    run = runs.begin(config, model_name)
+    device = runs.device()
+    # A CPU builds the model as it always did (no dtype passed): the timed default run is kept.
+    mixed = None if device["precision"] == "float32" else device["precision"]
+    scratch = _from_scratch(run, dtype=mixed, flip=not config.no_flip, mixup_alpha=config.mixup,
+                            cache=run.info.source == "tfds" and config.train_examples is not None)
+    model = scratch.model
+    batch_plan = dict(device, precision=model.dtype_policy.name,
+                      per_device=config.batch_size // device["devices"])
+    print(runs.describe(batch_plan, config.batch_size))
+    test_ds = runs.evaluation_batches(run, model, config.batch_size)
+    if config.epochs is None:  # measured on the train step the run compiles (any long schedule)
+        _compile(model, config, scratch.steps_per_epoch, epochs=10**6)
+    epochs, plan = _plan(run, scratch, test_ds)
+    _compile(model, config, scratch.steps_per_epoch, epochs=epochs)
+    log, callbacks, resuming = _resumable_callbacks(run, epochs)
+    if plan.get("fixed"):
+        callbacks.append(planning.OverrunWarning(config.time_budget, run.started, epochs))
+    # One endless iterator with a fixed epoch length: a new tf.data iterator every epoch slows
+    # long jax runs down (docs/training.md).
+    model.fit(scratch.batches, epochs=epochs, steps_per_epoch=scratch.steps_per_epoch,
+              shuffle=False, validation_data=test_ds if config.validate else None,
+              validation_freq=_validation_epochs(epochs, config.validate_every),
+              callbacks=callbacks, verbose=config.verbose)
+    metrics = runs.evaluate_model(model, test_ds)
+    metrics.update(
+        epochs_completed=len(log.records),
+        resumed_from_epoch=log.first_epoch if resuming else 0,
+        steps_per_epoch=scratch.steps_per_epoch,
+        augmentation=scratch.augmentation,
+        resize_size=scratch.resize_size,
+        optimizer_iterations=int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
+        plan=plan,
+        batch_plan=dict(batch_plan, loss_scaling=runs.loss_scaling(model)),
+    )
+    return run.finish(model, metrics, log, title=f"{model_name} on {run.info.name}")
+
+
+def pretrain_mpp(config):
+    """Masked patch prediction self-supervision (``keras_vit.training.mpp``); saves the encoder.
+
+    ``config``: a ``PretrainMppConfig`` or a dict of its fields.
+    """
+    config = configs.PretrainMppConfig.coerce(config)
+    model_name = runs.model_spec(config)[0]
+    run = runs.begin(config, model_name)
+    scratch = _from_scratch(run)  # (images, labels): the labels are not used
+    try:
+        model = MaskedPatchPrediction(scratch.model, target=config.target,
+                                      corrupt_rate=config.corrupt_rate)
+    except TypeError as error:  # its documented refusal of an encoder that is not a ViT
+        raise UsageError(f"--model {model_name} cannot be pre-trained by masked patch "
+                         f"prediction: {error}") from None
+    model.compile(optimizer=_pretraining_optimizer(config, scratch.steps_per_epoch))
+    log = run_files.EpochLog(run.run_dir, keep_existing=False)
+    # one endless iterator, as in ``train`` (a new one each epoch slows long jax runs down)
+    model.fit(scratch.batches, epochs=config.epochs, steps_per_epoch=scratch.steps_per_epoch,
+              shuffle=False, callbacks=[log], verbose=config.verbose)
+    final_loss = log.records[-1].get("loss") if log.records else None
+    return run.finish(model.encoder, {"test_accuracy": None, "final_loss": final_loss}, log,
+                      title=f"masked patch prediction, {model_name} on {run.info.name}")
