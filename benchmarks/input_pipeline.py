@@ -18,8 +18,8 @@ import time
 import keras
 
 from keras_vit import data
+from keras_vit.app import runs
 from keras_vit.data import tfdata
-from keras_vit.training import runs
 
 ARGS = dict(image_size=28, num_classes=10, training=True, augmentation="pad_crop",
             resize_size=30, channels=1, repeat=True, seed=0)

@@ -1,5 +1,5 @@
 """Seconds of the whole `keras-vit train` job on each Keras backend: what the backend choice of
-``keras_vit/backend_choice.py`` is measured on (issue 19, item 3).
+``keras_vit/app/backend_choice.py`` is measured on (issue 19, item 3).
 
     python benchmarks/train_job.py                          # 2 epochs of 30 steps, 2 rounds
     python benchmarks/train_job.py --epochs 3 --rounds 3 --backends jax tensorflow

@@ -46,7 +46,7 @@ import tempfile
 import time
 
 MODELS = {
-    # The default `keras-vit train` model (keras_vit.training.configs.DEFAULT_OVERRIDES).
+    # The default `keras-vit train` model (keras_vit.app.configs.DEFAULT_OVERRIDES).
     "default": dict(name="ViT-Ti/7", image_size=28, channels=1, num_classes=10, hidden_size=64,
                     num_layers=3, num_heads=4, mlp_dim=256, classifier="gap", batch=256,
                     steps=20),

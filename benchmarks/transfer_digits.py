@@ -22,28 +22,27 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import keras  # noqa: E402
 
 from keras_vit import data  # noqa: E402
+from keras_vit.app import configs, run_files, train  # noqa: E402
+from keras_vit.app.cli import build_parser  # noqa: E402
 from keras_vit.training import (  # noqa: E402
     classification_loss,
     finetuning_optimizer,
     prepare_finetuning,
-    runs,
 )
 
 
 def pretrained_model(path):
     if path is None:
-        path = os.path.join(runs.run_files.default_output("train", "fashion_mnist",
-                                                          runs.DEFAULT_MODEL), "model.keras")
+        path = os.path.join(run_files.default_output("train", "fashion_mnist",
+                                                     configs.DEFAULT_MODEL), "model.keras")
         if not os.path.exists(path):
             print(f"No pre-trained model at {path}: training the default one (keras-vit train).")
             defaults = runs_defaults()
-            runs.train(defaults)
+            train.train(defaults)
     return keras.saving.load_model(path, compile=False), path
 
 
 def runs_defaults():
-    from keras_vit.cli import build_parser
-
     config = vars(build_parser().parse_args(["train"]))
     config.pop("command")
     return config

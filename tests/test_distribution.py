@@ -149,7 +149,8 @@ def test_jax_data_and_model_parallel_match_one_device():
 
 _EIGHT = """
 import json, keras, numpy as np
-from keras_vit import VisionTransformer, cli, data, distribution
+from keras_vit import VisionTransformer, data, distribution
+from keras_vit.app import cli
 
 CONFIG = dict(image_size=8, patch_size=4, num_channels=1, num_classes=10, hidden_size=16,
               num_layers=1, num_heads=2, mlp_dim=32, head_kernel_initializer="glorot_uniform")

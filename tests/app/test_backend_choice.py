@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from keras_vit import backend_choice
+from keras_vit.app import backend_choice
 from tests.conftest import once_per_ci
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = ["train", "--train-examples", "128", "--test-examples", "64", "--batch-size", "64",
         "--set", "hidden_size=16", "--set", "num_layers=1", "--set", "num_heads=2",
         "--set", "mlp_dim=32", "--epochs", "1", "--no-validate", "--verbose", "0"]

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_vit.training import run_files
+from keras_vit.app import run_files
 
 STEPS = 4  # batches per epoch
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from keras_vit import distribution
+from keras_vit.app import configs, finetune, run_files, runs, train
 from keras_vit.models.memory import DEVICE_MEMORY_GIB, device_memory_gib, largest_batch, plan_batch
-from keras_vit.training import configs, run_files, runs
 
 # the published ViT-B/16 fine-tune: batch 512 at 384 px
 B16 = ("ViT-B/16", 384, 512)
@@ -62,26 +62,26 @@ def b16():
 
 def test_run_plan_on_a_fake_accelerator(monkeypatch, capsys, b16):
     monkeypatch.setattr(runs, "accelerator", lambda: ("tpu", "TPU v5 lite", 8, None))
-    plan = runs._batch_plan(_config(), b16)
+    plan = finetune._batch_plan(_config(), b16)
     assert (plan["accumulation"], plan["micro_batch"], plan["per_device"]) == (4, 128, 16)
     assert (plan["memory_gib"], plan["precision"], plan["planned"]) == (16, "mixed_bfloat16", True)
     assert ("TPU v5 lite x8, 16 GiB: batch 512 = 4 x micro-batch 128 (16 per device) (chosen "
             "to fit), precision mixed_bfloat16") in capsys.readouterr().out
     # an explicit accumulation overrides the choice
-    plan = runs._batch_plan(_config(accumulation=8), b16)
+    plan = finetune._batch_plan(_config(accumulation=8), b16)
     assert (plan["accumulation"], plan["micro_batch"], plan["planned"]) == (8, 64, False)
 
 
 def test_run_plan_on_an_unknown_device_and_on_a_cpu(monkeypatch, capsys, b16):
     monkeypatch.setattr(runs, "accelerator", lambda: ("gpu", "Quadro X", 1, "7.0"))
-    plan = runs._batch_plan(_config(), b16)
+    plan = finetune._batch_plan(_config(), b16)
     out = capsys.readouterr().out
     assert "Unknown device kind 'Quadro X'" in out and "--memory-gib G" in out
     assert (plan["accumulation"], plan["precision"], plan["planned"]) == (8, "mixed_float16", False)
-    plan = runs._batch_plan(_config(memory_gib=24), b16)
+    plan = finetune._batch_plan(_config(memory_gib=24), b16)
     assert (plan["accumulation"], plan["micro_batch"]) == (16, 32)
     monkeypatch.setattr(runs, "accelerator", lambda: None)
-    plan = runs._batch_plan(_config(), b16)  # a CPU: the recipe's accumulation
+    plan = finetune._batch_plan(_config(), b16)  # a CPU: the recipe's accumulation
     assert (plan["accumulation"], plan["precision"], plan["planned"]) == (8, "float32", False)
 
 
@@ -115,7 +115,7 @@ def test_train_says_its_device_and_precision(monkeypatch, capsys, tmp_path, devi
     monkeypatch.setattr(runs, "accelerator", lambda: device)
     if keras.backend.backend() == "jax" and precision == "mixed_float16":
         monkeypatch.setattr(keras.ops, "dot_product_attention", _attention_in_float32)
-    runs.train(dict(TINY_TRAIN, output=str(tmp_path)))
+    train.train(dict(TINY_TRAIN, output=str(tmp_path)))
     assert line in capsys.readouterr().out
     with open(tmp_path / run_files.METRICS) as file:
         metrics = json.load(file)

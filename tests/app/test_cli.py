@@ -9,11 +9,10 @@ import keras
 import numpy as np
 import pytest
 
-from keras_vit import cli
-from keras_vit.training import configs, run_files, runs
+from keras_vit.app import cli, configs, finetune, run_files, runs, train
 from tests.conftest import fixture_path
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = ["--train-examples", "256", "--test-examples", "64", "--batch-size", "64",
         "--set", "patch_size=7", "--set", "hidden_size=16", "--set", "num_layers=1",
         "--set", "num_heads=2", "--set", "mlp_dim=32", "--warmup-steps", "2", "--verbose", "0"]
@@ -191,17 +190,17 @@ def test_a_configuration_dict_is_checked():
     assert config.augmentation == "resize_crop" and config.dataset == "digits"
     with pytest.raises(ValueError, match="Unknown finetune option 'eval_evry' \\(did you mean "
                                          "'eval_every'\\?\\)"):
-        runs.finetune({"checkpoint": "m.keras", "eval_evry": 10})
+        finetune.finetune({"checkpoint": "m.keras", "eval_evry": 10})
     with pytest.raises(ValueError, match="The evaluate configuration needs checkpoint"):
         configs.EvaluateConfig.from_dict({})
     with pytest.raises(ValueError, match="a checkpoint .* or a published recipe"):
-        runs.finetune({})
+        finetune.finetune({})
 
 
 def test_validation_epochs_are_every_nth_and_the_last():
-    assert runs._validation_epochs(19, 4) == [4, 8, 12, 16, 19]
-    assert runs._validation_epochs(8, 4) == [4, 8]
-    assert runs._validation_epochs(3, 1) == [1, 2, 3]
+    assert train._validation_epochs(19, 4) == [4, 8, 12, 16, 19]
+    assert train._validation_epochs(8, 4) == [4, 8]
+    assert train._validation_epochs(3, 1) == [1, 2, 3]
 
 
 def test_validate_every_must_be_positive(tmp_path, capsys):

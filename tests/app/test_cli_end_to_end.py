@@ -15,10 +15,10 @@ import pytest
 
 import keras_vit
 from conftest import LOGIT_ATOL, fixture_path
-from keras_vit import cli, data
-from keras_vit.training import run_files
+from keras_vit import data
+from keras_vit.app import cli, run_files
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 QUIET = ["--verbose", "0"]
 SMALL_DATA = ["--train-examples", "64", "--test-examples", "32", "--batch-size", "32"]
 TINY_VIT = ["--set", "patch_size=7", "--set", "hidden_size=16", "--set", "num_layers=1",

@@ -13,8 +13,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_vit import cli, create_model
-from keras_vit.training import planning, run_files, runs
+from keras_vit import create_model
+from keras_vit.app import cli, configs, planning, run_files, train
 from keras_vit.training.recipes import classification_loss, pretraining_optimizer
 
 TINY = ["--train-examples", "256", "--test-examples", "64", "--batch-size", "64",
@@ -33,7 +33,7 @@ def _costs(step=0.05, **changes):
     (20, 3.0, 0.001, 4, 4), (3600, 60.0, 1.3, 50, 10)])
 def test_the_plan_is_the_most_epochs_that_fit(budget, elapsed, step, per_epoch, every):
     costs = _costs(step)
-    evaluations = runs._evaluations(runs.configs.TrainConfig(validate_every=every))
+    evaluations = train._evaluations(configs.TrainConfig(validate_every=every))
     plan = planning.plan_epochs(budget, elapsed_seconds=elapsed, costs=costs,
                                 steps_per_epoch=per_epoch, evaluations=evaluations)
     usable = budget * (1 - planning.MARGIN)
@@ -46,9 +46,9 @@ def test_the_plan_is_the_most_epochs_that_fit(budget, elapsed, step, per_epoch, 
 
 
 def test_the_evaluations_are_the_validations_and_the_final_one():
-    count = runs._evaluations(runs.configs.TrainConfig(validate_every=4))
+    count = train._evaluations(configs.TrainConfig(validate_every=4))
     assert [count(e) for e in (1, 4, 5, 19)] == [2, 2, 3, 6]
-    assert runs._evaluations(runs.configs.TrainConfig(validate=False))(19) == 1
+    assert train._evaluations(configs.TrainConfig(validate=False))(19) == 1
 
 
 def test_a_budget_too_short_for_one_epoch_names_the_minimum():
@@ -60,7 +60,7 @@ def test_a_budget_too_short_for_one_epoch_names_the_minimum():
 @pytest.mark.parametrize("budget", [0, -5, math.nan, math.inf, "ten"])
 def test_bad_budgets_are_refused_before_any_work(budget, tmp_path):
     with pytest.raises(ValueError, match="--time-budget must be a positive, finite number"):
-        runs.train({"time_budget": budget, "output": str(tmp_path)})
+        train.train({"time_budget": budget, "output": str(tmp_path)})
     assert not os.listdir(tmp_path)
 
 

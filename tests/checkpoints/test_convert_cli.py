@@ -4,7 +4,8 @@ import pytest
 from interop_helpers import assert_close, images, numpy
 
 from conftest import fixture_path
-from keras_vit import cli, load_checkpoint
+from keras_vit import load_checkpoint
+from keras_vit.app import cli
 
 
 def test_convert_chain_keeps_the_logits(tmp_path, capsys):

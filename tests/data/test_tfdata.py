@@ -104,7 +104,7 @@ def _run_without(blocked, code):
 
 def test_offline_path_and_cli_need_no_tensorflow():
     result = _run_without({"tensorflow", "tensorflow_datasets"}, """
-import keras_vit, keras_vit.data, keras_vit.training, keras_vit.inspection, keras_vit.cli
+import keras_vit, keras_vit.data, keras_vit.training, keras_vit.inspection, keras_vit.app.cli
 from keras_vit import data
 x, y = data.as_arrays(data.load("digits", "test", batch_size=64))
 assert x.shape == (899, 8, 8, 1)
@@ -119,16 +119,19 @@ except ImportError as error:
     assert "pip install tensorflow-cpu tensorflow-datasets" in result.stdout
 
 
-def test_without_tensorflow_keras_vit_picks_an_installed_backend(tmp_path):
+def test_without_tensorflow_only_the_command_picks_an_installed_backend(tmp_path):
+    """A library import leaves the backend to Keras and the user; the command picks one."""
     env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
     env.update(PYTHONPATH=ROOT, HOME=str(tmp_path), KERAS_HOME=str(tmp_path / "keras"))
     script = _WITHOUT.format(blocked={"tensorflow"}) + (
-        "import keras_vit, keras; print(keras.backend.backend())")
-    for _ in range(2):  # the second time keras.json exists and names tensorflow
-        result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                                text=True, timeout=300)
-        assert result.returncode == 0, result.stderr[-3000:]
-        assert result.stdout.split()[-1] == "jax"
+        "import os, keras_vit\n"
+        "assert 'KERAS_BACKEND' not in os.environ\n"
+        "from keras_vit.app import backend_choice\n"
+        "print(backend_choice.choose_backend({'KERAS_HOME': os.environ['KERAS_HOME']}))")
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split()[-1] == "jax"
 
 
 def test_tfds_dataset_without_tensorflow_datasets_says_how_to_install():

@@ -15,7 +15,7 @@ import pytest
 import keras_vit
 from conftest import fixture_path
 from keras_vit import data, training
-from keras_vit.training import run_files, runs
+from keras_vit.app import finetune, run_files
 
 
 def _np(x):
@@ -81,7 +81,7 @@ def test_finetune_evaluates_and_saves_the_averaged_weights(tmp_path, monkeypatch
                   image_size=32, batch_size=16, steps=6, eval_every=3, warmup_steps=1,
                   learning_rate=0.1, label_smoothing=0.0, use_ema=True, ema_momentum=0.5,
                   train_examples=96, test_examples=64, output=out, verbose=0)
-    metrics = runs.finetune(config)
+    metrics = finetune.finetune(config)
     (trajectory,) = trajectories
     assert len(trajectory.steps) == 6
     saved = keras.saving.load_model(os.path.join(out, run_files.MODEL), compile=False)

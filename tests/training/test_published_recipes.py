@@ -7,8 +7,7 @@ import os
 
 import pytest
 
-from keras_vit import cli
-from keras_vit.training import configs, run_files, runs
+from keras_vit.app import cli, configs, finetune, run_files
 from keras_vit.training.published import RECIPES, recipe
 from tests import mirror
 from tests.conftest import fixture_path
@@ -60,10 +59,10 @@ def test_unknown_recipe_and_indivisible_batches_are_refused(tmp_path, capsys):
     with pytest.raises(ValueError, match="Unknown fine-tuning recipe"):
         configs.FinetuneConfig.from_dict({"recipe": "b16"})
     with pytest.raises(ValueError, match="not divisible by --accumulation 8"):
-        runs.finetune({"recipe": "vit_jax-b16-cifar10-500", "batch_size": 12,
+        finetune.finetune({"recipe": "vit_jax-b16-cifar10-500", "batch_size": 12,
                        "output": str(tmp_path / "x")})
     with pytest.raises(ValueError, match="a checkpoint .* or a published recipe"):
-        runs.finetune({"dataset": "digits", "output": str(tmp_path / "y")})
+        finetune.finetune({"dataset": "digits", "output": str(tmp_path / "y")})
 
 
 # Every recipe goes through the same command; two of them cover both checkpoints and both

@@ -1,0 +1,125 @@
+"""`import keras_vit` only defines the library (issue 28): no environment variable, file
+descriptor, thread or exit hook changes, no Keras until a name is used; the application's old
+import paths still work, with a DeprecationWarning; the library never imports the application."""
+
+import ast
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import keras_vit
+from keras_vit.app import cli, commands
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Records what the import changes, from a fresh interpreter. argv[0] is the console script's
+# name: the library used to choose a backend when it thought it was the command.
+_PROBE = """
+import atexit, json, os, sys, threading
+sys.argv[0] = "keras-vit"
+environ, threads, callbacks = dict(os.environ), threading.active_count(), atexit._ncallbacks()
+stderr = os.fstat(2)
+import keras_vit, keras_vit.app
+after = os.fstat(2)
+print(json.dumps({
+    "environ": os.environ == environ, "threads": threading.active_count() - threads,
+    "atexit": atexit._ncallbacks() - callbacks, "keras": "keras" in sys.modules,
+    "stderr": (stderr.st_ino, stderr.st_dev) == (after.st_ino, after.st_dev)}))
+"""
+
+
+def _python(code, **env):
+    environ = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
+    environ.update(PYTHONPATH=ROOT, **env)
+    done = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@pytest.mark.parametrize("env", [{}, {"KERAS_BACKEND": "jax"}])
+def test_import_has_no_side_effects(env):
+    effects = json.loads(_python(_PROBE, **env).stdout.splitlines()[-1])
+    assert effects == {"environ": True, "threads": 0, "atexit": 0, "keras": False,
+                       "stderr": True}
+
+
+def test_public_names_load_on_use():
+    for name in keras_vit.__all__:
+        assert getattr(keras_vit, name) is not None
+        assert name in dir(keras_vit)
+    assert keras_vit.VisionTransformer.__module__ == "keras_vit.models.vit"
+    assert keras_vit.distribution.__name__ == "keras_vit.distribution"
+    assert keras_vit.__version__
+    with pytest.raises(AttributeError, match="no attribute 'missing'"):
+        keras_vit.missing  # noqa: B018
+
+
+_ALIASES = """
+import json, warnings
+warnings.simplefilter("always")
+found = {}
+with warnings.catch_warnings(record=True) as caught:
+    from keras_vit.cli import main, build_parser
+    from keras_vit.backend_choice import choose_backend
+    from keras_vit.training import configs, planning, run_files, runs
+    found["names"] = [main.__module__, build_parser.__module__, choose_backend.__module__,
+                      configs.TrainConfig.__module__, planning.plan_epochs.__module__,
+                      run_files.EpochLog.__module__, runs.train.__module__,
+                      runs.finetune.__module__, runs.convert.__module__, runs.run.__module__]
+found["warnings"] = [(w.category.__name__, str(w.message), w.filename) for w in caught]
+print(json.dumps(found))
+"""
+
+
+def test_old_import_paths_warn_and_work():
+    found = json.loads(_python(_ALIASES).stdout.splitlines()[-1])
+    assert found["names"] == [
+        "keras_vit.app", "keras_vit.app.cli", "keras_vit.app.backend_choice",
+        "keras_vit.app.configs", "keras_vit.app.planning", "keras_vit.app.run_files",
+        "keras_vit.app.train", "keras_vit.app.finetune", "keras_vit.app.commands",
+        "keras_vit.app.commands"]
+    messages = {message for category, message, _ in found["warnings"]
+                if category == "DeprecationWarning"}
+    for old, new in [("keras_vit.cli", "keras_vit.app"),
+                     ("keras_vit.backend_choice", "keras_vit.app.backend_choice"),
+                     ("keras_vit.training.configs", "keras_vit.app.configs"),
+                     ("keras_vit.training.runs", "keras_vit.app.train")]:
+        assert any(m.startswith(f"{old} is deprecated") and new in m for m in messages), messages
+    assert {filename for *_, filename in found["warnings"]} == {"<string>"}  # the importer
+
+
+def test_the_library_never_imports_the_application():
+    package = os.path.join(ROOT, "keras_vit")
+    for folder, _, files in os.walk(package):
+        if folder.startswith(os.path.join(package, "app")):
+            continue
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                with open(path) as file:
+                    tree = ast.parse(file.read())
+                for node in ast.walk(tree):
+                    modules = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                               else [node.module or ""] if isinstance(node, ast.ImportFrom)
+                               else [])
+                    assert not any(m.startswith("keras_vit.app") for m in modules), path
+
+
+def test_the_command_reports_user_errors_and_lets_bugs_through(monkeypatch, capsys):
+    def broken(config):
+        raise TypeError("a bug")
+
+    monkeypatch.setattr(commands, "run", broken)
+    with pytest.raises(TypeError, match="a bug"):
+        cli.main(["evaluate", "model.keras"])
+
+    def refused(config):
+        raise ValueError("say what to do instead")
+
+    monkeypatch.setattr(commands, "run", refused)
+    assert cli.main(["evaluate", "model.keras"]) == 1
+    assert "keras-vit evaluate: error: say what to do instead" in capsys.readouterr().err
