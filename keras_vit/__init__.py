@@ -84,11 +84,20 @@ if TYPE_CHECKING:
     from keras_vit.pretrained import create_model
 
 
+# Subpackages that the import used to load with all of the modules above: a program may reach
+# into them after a bare ``import keras_vit`` (``keras_vit.models.compute.TABLE_6``).
+_LOADED_WITH_THE_API = ("checkpoints", "layers", "models", "pretrained")
+
+
 def __getattr__(name):
-    if name not in _ORIGINS:
-        raise AttributeError(f"module 'keras_vit' has no attribute {name!r}")
     import importlib
 
+    if name in _LOADED_WITH_THE_API:
+        for module in set(_ORIGINS.values()) - {""}:
+            importlib.import_module(module)
+        return globals()[name]  # set by the imports, as a subpackage's attribute
+    if name not in _ORIGINS:
+        raise AttributeError(f"module 'keras_vit' has no attribute {name!r}")
     origin = _ORIGINS[name]
     value = (importlib.import_module(f"keras_vit.{name}") if not origin
              else getattr(importlib.import_module(origin), name))

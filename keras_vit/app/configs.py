@@ -1,9 +1,9 @@
 """One typed configuration per ``keras-vit`` command: its options, their defaults and help.
 
-``keras_vit.app.cli`` builds each command's flags from these dataclasses (a field ``batch_size`` is
-the flag ``--batch-size``, its metadata the help), and ``keras_vit.app.runs`` takes them,
-so a default is written once. Programs may pass a dict instead (``from_dict``), which fills in
-the same defaults and rejects unknown keys.
+``keras_vit.app.cli`` builds each command's flags from these dataclasses (a field
+``batch_size`` is the flag ``--batch-size``, its metadata the help), and the commands
+(``keras_vit.app.commands``) take them, so a default is written once. Programs may pass a dict
+instead (``from_dict``), which fills in the same defaults and rejects unknown keys.
 
 Example:
 >>> config = TrainConfig.from_dict({"epochs": 2})

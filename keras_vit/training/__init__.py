@@ -24,8 +24,8 @@ _deprecated.install(__name__, {
     "configs": ("keras_vit.app.configs", ()),
     "planning": ("keras_vit.app.planning", ()),
     "run_files": ("keras_vit.app.run_files", ()),
-    "runs": ("keras_vit.app.runs", ("keras_vit.app.commands", "keras_vit.app.train",
-                                    "keras_vit.app.finetune", "keras_vit.app.evaluate",
+    "runs": ("keras_vit.app.runs", ("keras_vit.app.train", "keras_vit.app.finetune",
+                                    "keras_vit.app.evaluate", "keras_vit.app.commands",
                                     "keras_vit.checkpoints.convert")),
 })
 
