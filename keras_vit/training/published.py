@@ -4,7 +4,7 @@ Each recipe is what the official configuration sets: the pre-trained file, the d
 train/test splits, the resolution, the global batch and its gradient accumulation, the number
 of updates, the warmup, the base learning rate, the decay and the clipping; and the accuracy the
 official code published for it. ``keras-vit finetune --recipe NAME`` (or
-``runs.finetune({"recipe": NAME})``) runs it with the official step
+``keras_vit.app.finetune.finetune({"recipe": NAME})``) runs it with the official step
 (``keras_vit.training.finetuning_optimizer``) and the official preprocessing (vit_jax's
 Inception crop and flip for training, a plain resize for evaluation), and records the published
 figure beside its own.
