@@ -7,6 +7,7 @@
   ``convert`` is the library's ``keras_vit.checkpoints.convert``.
 - ``run_files``: the folder a run writes; ``planning``: the epochs that fit a time budget.
 - ``backend_choice``: the command's Keras backend, chosen in ``main`` before Keras is imported.
+- ``errors``: ``UsageError``, what a command reports as one line instead of a traceback.
 """
 
 from keras_vit.app import backend_choice
