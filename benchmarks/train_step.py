@@ -39,6 +39,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -234,7 +235,8 @@ def _torch_ops(run):
 
 def _options(text, impl):
     options = {}
-    for item in filter(None, text.split(",")):
+    # A comma starts a new option only before "key=": JSON values may hold commas.
+    for item in filter(None, re.split(r",(?=\w+=)", text)):
         key, _, value = item.partition("=")
         options[key] = json.loads(value) if impl in KERAS_BACKENDS else value
     return options

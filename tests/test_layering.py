@@ -1,0 +1,44 @@
+"""Data flows one way (docs/architecture.md): no module imports from a room above its own."""
+
+import ast
+import pathlib
+
+import keras_vit
+
+PACKAGE = pathlib.Path(keras_vit.__file__).parent
+# The rooms each room must not import (at module level or inside a function).
+ABOVE = {
+    "layers": {"models", "checkpoints", "training", "evaluation", "inspection", "app"},
+    "models": {"checkpoints", "training", "evaluation", "inspection", "app"},
+    "checkpoints": {"training", "evaluation", "inspection", "app"},
+    "data": {"models", "checkpoints", "training", "evaluation", "inspection", "app"},
+    "training": {"app"},
+    "evaluation": {"app"},
+    "inspection": {"app"},
+}
+
+
+def _imported_rooms(path):
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "keras_vit" and len(parts) > 1:
+                yield parts[1]
+
+
+def test_no_room_imports_from_above():
+    wrong = []
+    for room, above in ABOVE.items():
+        for path in sorted((PACKAGE / room).rglob("*.py")):
+            wrong += [f"{path.relative_to(PACKAGE)} imports keras_vit.{r}"
+                      for r in _imported_rooms(path) if r in above]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_library_never_imports_the_application():
+    wrong = [str(path.relative_to(PACKAGE)) for path in sorted(PACKAGE.rglob("*.py"))
+             if path.parts[len(PACKAGE.parts)] != "app" and "app" in set(_imported_rooms(path))
+             and path.name not in ("__main__.py", "_deprecated.py")]
+    assert not wrong, wrong
