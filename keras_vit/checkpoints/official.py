@@ -22,6 +22,7 @@ from keras_vit.checkpoints.base import (
     resize_posemb_tensor,
     write_atomically,
 )
+from keras_vit.layers.encoder import EncoderConfig
 from keras_vit.layers.position import table_grid
 from keras_vit.models.axial import refuse_checkpoint_format
 from keras_vit.models.resnet_v2 import ResNetV2
@@ -205,13 +206,11 @@ def infer_vit_config(tensors, posemb_grid=None):
     posemb = _require(tensors, POSEMB, "position embedding")
     classifier = "token" if "cls" in tensors else "gap"
     rows, cols = table_grid(posemb.shape[1] - (classifier == "token"), posemb_grid, "posemb_grid")
+    encoder = EncoderConfig(num_layers, int(query.shape[1]), int(mlp.shape[1]),
+                            hidden_size=int(hidden_size), classifier=classifier)
     config = dict(
+        encoder.to_dict(),
         patch_size=int(patch_size),
-        hidden_size=int(hidden_size),
-        num_layers=num_layers,
-        num_heads=int(query.shape[1]),
-        mlp_dim=int(mlp.shape[1]),
-        classifier=classifier,
         representation_size=(
             int(tensors["pre_logits/kernel"].shape[1]) if "pre_logits/kernel" in tensors else None
         ),

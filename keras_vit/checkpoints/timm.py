@@ -42,6 +42,7 @@ from keras_vit.checkpoints.base import (
     torch_heads_out,
     write_atomically,
 )
+from keras_vit.layers.encoder import EncoderConfig
 from keras_vit.layers.position import table_grid
 from keras_vit.layers.resnet import ROOT_WIDTH, plain_number
 from keras_vit.models.axial import refuse_checkpoint_format
@@ -322,12 +323,13 @@ def infer_vit_config(tensors, num_heads=None, posemb_grid=None):
     classifier = "token" if "cls_token" in tensors else "gap"
     if "pos_embed" not in tensors:
         raise ValueError("The state dict has no 'pos_embed' (pos_embed='none' is not supported).")
+    encoder = EncoderConfig(num_layers, num_heads, int(tensors["blocks.0.mlp.fc1.weight"].shape[0]),
+                            hidden_size=int(hidden), classifier=classifier,
+                            approximate_gelu=False)  # timm's nn.GELU
     config = dict(
-        patch_size=int(patch), hidden_size=int(hidden), num_layers=num_layers,
-        num_heads=int(num_heads), mlp_dim=int(tensors["blocks.0.mlp.fc1.weight"].shape[0]),
-        classifier=classifier, representation_size=None,
+        encoder.to_dict(), patch_size=int(patch), representation_size=None,
         num_classes=int(tensors["head.weight"].shape[0]) if "head.weight" in tensors else None,
-        num_channels=int(channels), approximate_gelu=False,
+        num_channels=int(channels),
     )
     stride = int(patch)
     if "patch_embed.backbone.stem.conv.weight" in tensors:

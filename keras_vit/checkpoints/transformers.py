@@ -39,6 +39,7 @@ from keras_vit.checkpoints.base import (
     write_atomically,
 )
 from keras_vit.checkpoints.timm import read_state_dict
+from keras_vit.layers.encoder import EncoderConfig
 from keras_vit.models.axial import refuse_checkpoint_format
 from keras_vit.models.base import image_shape
 from keras_vit.models.vit import VisionTransformer
@@ -109,20 +110,18 @@ def infer_config(hf, tensors):
     prefix = _prefix(tensors)
     pooler = f"{prefix}pooler.dense.weight"
     size = hf.get("image_size", 224)
+    encoder = EncoderConfig(
+        int(hf["num_hidden_layers"]), int(hf["num_attention_heads"]), int(hf["intermediate_size"]),
+        hidden_size=int(hf["hidden_size"]), classifier="token", approximate_gelu=ACTIVATIONS[act],
+        layer_norm_epsilon=float(hf.get("layer_norm_eps", 1e-12)))
     return dict(
+        encoder.to_dict(),
         image_size=tuple(size) if isinstance(size, (list, tuple)) else int(size),
         patch_size=int(hf.get("patch_size", 16)),
-        hidden_size=int(hf["hidden_size"]),
-        num_layers=int(hf["num_hidden_layers"]),
-        num_heads=int(hf["num_attention_heads"]),
-        mlp_dim=int(hf["intermediate_size"]),
         num_classes=(int(tensors["classifier.weight"].shape[0])
                      if "classifier.weight" in tensors else None),
-        classifier="token",
         representation_size=int(tensors[pooler].shape[0]) if pooler in tensors else None,
         num_channels=int(hf.get("num_channels", 3)),
-        approximate_gelu=ACTIVATIONS[act],
-        layer_norm_epsilon=float(hf.get("layer_norm_eps", 1e-12)),
     )
 
 

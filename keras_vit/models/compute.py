@@ -23,6 +23,7 @@ import collections
 import inspect
 import types
 
+from keras_vit.layers.encoder import EncoderConfig
 from keras_vit.layers.resnet import check_units, hybrid_stride, root_width, stage_strides
 from keras_vit.models.axial import AxialResNet, AxialVisionTransformer
 from keras_vit.models.base import ConfiguredModel, image_shape
@@ -237,7 +238,8 @@ def _configuration(name, image_size, num_classes, overrides):
     arguments = {**_defaults(model_class), **config}
     arguments.pop("name"), arguments.pop("dtype")
     if issubclass(model_class, VisionTransformer):
-        arguments = vit_arguments(**arguments)
+        encoder, rest = EncoderConfig.split(arguments)
+        arguments = vit_arguments(encoder, **rest)
         arguments["axial"] = issubclass(model_class, AxialVisionTransformer)
         resnet = arguments["resnet"]
         stem = 1 if resnet is None else hybrid_stride(resnet.get("num_layers", (3, 4, 9)))
