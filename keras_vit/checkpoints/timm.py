@@ -30,7 +30,7 @@ import re
 
 import numpy as np
 
-from keras_vit.checkpoints import official, resnet
+from keras_vit.checkpoints import resnet
 from keras_vit.checkpoints.base import (
     Entry,
     assign,
@@ -42,10 +42,10 @@ from keras_vit.checkpoints.base import (
     torch_heads_out,
     write_atomically,
 )
+from keras_vit.checkpoints.capabilities import check_expressible
 from keras_vit.layers.encoder import EncoderConfig
 from keras_vit.layers.position import table_grid
 from keras_vit.layers.resnet import ROOT_WIDTH, plain_number
-from keras_vit.models.axial import refuse_checkpoint_format
 from keras_vit.models.resnet_v2 import ResNetV2
 from keras_vit.models.vit import VisionTransformer
 
@@ -189,14 +189,7 @@ def _linear(prefix, layer):
 
 def vit_table(model):
     """timm key -> Entry for a ``VisionTransformer`` (plain or hybrid)."""
-    official._check_official_position(model)
-    if model.representation_size is not None:
-        raise ValueError(
-            "timm's VisionTransformer has no pre-logits (representation) layer, so this model "
-            f"(representation_size={model.representation_size}) cannot be written for timm. "
-            "Drop it first (load_checkpoint(..., drop_pre_logits=True), as fine-tuning does), "
-            "or save in the official or transformers format, which keep it."
-        )
+    check_expressible(model, "timm")
     table = {}
     if model.resnet is not None:
         stem = resnet.hybrid_stem_table(model.get_layer("resnet"))
@@ -273,13 +266,8 @@ def bit_table(model):
 
 
 def table_for(model):
-    refuse_checkpoint_format(model, "timm")
-    if isinstance(model, VisionTransformer):
-        return vit_table(model)
-    if isinstance(model, ResNetV2):
-        return bit_table(model)
-    raise TypeError(f"{type(model).__name__} has no timm layout; expected a keras_vit "
-                    "VisionTransformer (plain or hybrid) or ResNetV2.")
+    check_expressible(model, "timm")
+    return bit_table(model) if isinstance(model, ResNetV2) else vit_table(model)
 
 
 # ----------------------------------------------------------------------------- inference
