@@ -45,7 +45,7 @@ from keras_vit.checkpoints.base import (
 from keras_vit.checkpoints.capabilities import check_expressible
 from keras_vit.layers.encoder import EncoderConfig
 from keras_vit.layers.position import table_grid
-from keras_vit.layers.resnet import ROOT_WIDTH, plain_number
+from keras_vit.layers.resnet import ROOT_WIDTH, hybrid_stride, plain_number
 from keras_vit.models.resnet_v2 import ResNetV2
 from keras_vit.models.vit import VisionTransformer
 
@@ -328,7 +328,7 @@ def infer_vit_config(tensors, num_heads=None, posemb_grid=None):
         config.update(resnet=dict(num_layers=layers,
                                   width_factor=plain_number(root.shape[0] / ROOT_WIDTH)),
                       num_channels=int(root.shape[1]))
-        stride *= 4 * 2 ** max(num_stages - 1, 0)
+        stride *= hybrid_stride(layers)
     elif any(k.startswith("patch_embed.backbone.") for k in tensors):
         raise ValueError("This hybrid's backbone is not a ResNetV2 with a stem and stages (e.g. "
                          "timm's R+ViT-Ti without stages); it is not supported.")

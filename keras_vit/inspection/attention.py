@@ -13,6 +13,8 @@
 import keras
 import numpy as np
 
+from keras_vit.models.base import image_shape
+
 
 def _check_model(model):
     needed = ("attention_model", "grid_size", "stride", "classifier", "image_size", "num_channels")
@@ -194,12 +196,7 @@ def rollout_to_image(rollout, image_size, normalize=True):
         raise ValueError(
             f"Expected rollout maps of shape (batch, rows, cols) or (rows, cols), got {maps.shape}."
         )
-    if isinstance(image_size, (tuple, list)):
-        height, width = (int(v) for v in image_size)
-    else:
-        height = width = int(image_size)
-    if height < 1 or width < 1:
-        raise ValueError(f"image_size must be positive, got {image_size!r}.")
+    height, width = image_shape(image_size)
     resized = keras.ops.image.resize(
         maps[..., None], (height, width), interpolation="bilinear", data_format="channels_last"
     )

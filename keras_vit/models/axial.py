@@ -127,13 +127,3 @@ def is_axial(model):
     """Whether ``model`` is an axial-attention model (no official, timm or transformers form)."""
     return isinstance(model, (AxialVisionTransformer, AxialResNet))
 
-
-def refuse_checkpoint_format(model, layout):
-    """Raise the error for an axial ``model`` asked for a checkpoint ``layout``."""
-    if is_axial(model):
-        raise ValueError(
-            f"{type(model).__name__} (an axial-attention model, paper Appendix D.6) has no "
-            f"{layout} layout: no official, timm or transformers checkpoints of axial models "
-            "exist. Save it with model.save('model.keras') and load it with "
-            "keras.saving.load_model."
-        )
