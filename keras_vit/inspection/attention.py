@@ -119,8 +119,8 @@ def attention_rollout(model, images, batch_size=32):
     Example:
     >>> import numpy as np
     >>> from keras_vit import VisionTransformer
-    >>> model = VisionTransformer(image_size=8, patch_size=4, hidden_size=8, num_layers=2,
-    ...                           num_heads=2, mlp_dim=16, num_classes=3)
+    >>> tiny = dict(hidden_size=8, num_layers=2, num_heads=2, mlp_dim=16, num_classes=3)
+    >>> model = VisionTransformer(image_size=8, patch_size=4, **tiny)
     >>> attention_rollout(model, np.zeros((1, 8, 8, 3), "float32")).shape
     (1, 2, 2)
     """
@@ -157,8 +157,7 @@ def attention_maps(model, images, batch_size=32):
     Example:
     >>> import numpy as np
     >>> from keras_vit import VisionTransformer
-    >>> model = VisionTransformer(image_size=8, patch_size=4, hidden_size=8, num_layers=2,
-    ...                           num_heads=2, mlp_dim=16, num_classes=3)
+    >>> model = VisionTransformer(8, 4, hidden_size=8, num_layers=2, num_heads=2, mlp_dim=16)
     >>> attention_maps(model, np.zeros((1, 8, 8, 3), "float32")).shape
     (1, 2, 2, 2, 2)
     """
