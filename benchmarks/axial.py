@@ -80,7 +80,7 @@ def side_by_side(calls, rounds):
 def model_table(args):
     images = np.random.default_rng(0).uniform(
         -1, 1, (args.batch, args.image_size, args.image_size, 3)).astype("float32")
-    models = {name: registry.create_model(name, image_size=args.image_size)
+    models = {name: registry.build_model(name, image_size=args.image_size)
               for name in args.models}
     calls = {name: (lambda m=m: m.predict_on_batch(images)) for name, m in models.items()}
     seconds = side_by_side(calls, args.rounds)

@@ -10,11 +10,13 @@ _FREE = ("name", "trainable", "dtype", "num_classes", "representation_size", "dr
 
 
 def create_model(name, *, image_size=224, num_classes=1000, weights=None, **overrides):
-    """Build a model from its paper name (``keras_vit.models.registry.create_model``).
+    """Build a model from its paper name, randomly initialised or with weights.
 
     Args:
-        name: e.g. ``"ViT-B/16"``, ``"ViT-Ti/4"``.
-        image_size: input side (or (height, width)).
+        name: e.g. ``"ViT-B/16"``, ``"ViT-Ti/4"``, ``"R50+ViT-B/16"``, ``"BiT-R50x1"``
+            (``keras_vit.models.registry``).
+        image_size: input side (or (height, width)); ``None`` with ``position_embedding_grid``
+            for a ViT of any size at call time.
         num_classes: head size, or None for a feature extractor.
         weights: None for random initialisation, or any checkpoint ``load_checkpoint`` reads
             (an official ``.npz`` path, URL or published name such as
@@ -28,8 +30,8 @@ def create_model(name, *, image_size=224, num_classes=1000, weights=None, **over
     5353738
     """
     if weights is None:
-        return registry.create_model(name, image_size=image_size, num_classes=num_classes,
-                                     **overrides)
+        return registry.build_model(name, image_size=image_size, num_classes=num_classes,
+                                    **overrides)
     family, model_class, expected = registry.parse(name)
     if family in registry.UNPUBLISHED:
         raise ValueError(

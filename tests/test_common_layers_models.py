@@ -50,14 +50,16 @@ CASES = {
                                                relative_position=True, dtype=dtype),
         (2, 3, 4, 8), "bfloat16"),
     "AxialEncoderBlock": (
-        lambda dtype: axial.AxialEncoderBlock(2, 16, dropout_rate=0.1, approximate_gelu=False,
-                                              relative_position=True, layer_norm_epsilon=1e-5,
-                                              dtype=dtype),
+        lambda dtype: axial.AxialEncoderBlock(
+            encoder.EncoderConfig(1, 2, 16, dropout_rate=0.1, approximate_gelu=False,
+                                  position_embedding="relative", layer_norm_epsilon=1e-5),
+            dtype=dtype),
         (2, 3, 4, 8), "bfloat16"),
     "AxialEncoder": (
-        lambda dtype: axial.AxialEncoder(1, 2, 16, (2, 3), position_embedding="learned_2d",
-                                         position_embedding_placement="every_layer",
-                                         dtype=dtype),
+        lambda dtype: axial.AxialEncoder(
+            encoder.EncoderConfig(1, 2, 16, position_embedding="learned_2d",
+                                  position_embedding_placement="every_layer"),
+            (2, 3), dtype=dtype),
         (2, 2, 3, 8), "bfloat16"),
     "PositionSensitiveAxialAttention": (
         lambda dtype: axial.PositionSensitiveAxialAttention(2, axis=1, dtype=dtype),
@@ -79,15 +81,18 @@ CASES = {
         lambda dtype: encoder.MlpBlock(16, dropout_rate=0.1, approximate_gelu=False, dtype=dtype),
         (2, 5, 8), "bfloat16"),
     "EncoderBlock": (
-        lambda dtype: encoder.EncoderBlock(2, 16, dropout_rate=0.1, attention_dropout_rate=0.1,
-                                           approximate_gelu=False, relative_position=True,
-                                           dtype=dtype),
+        lambda dtype: encoder.EncoderBlock(
+            encoder.EncoderConfig(1, 2, 16, dropout_rate=0.1, attention_dropout_rate=0.1,
+                                  approximate_gelu=False, position_embedding="relative"),
+            attention_axis=None, dtype=dtype),
         (2, 5, 8), "bfloat16"),
     "Encoder": (
-        lambda dtype: encoder.Encoder(1, 2, 16, (2, 3), classifier="gap", dropout_rate=0.1,
-                                      approximate_gelu=False, position_embedding="learned_2d",
-                                      position_embedding_placement="every_layer_shared",
-                                      layer_norm_epsilon=1e-5, dtype=dtype),
+        lambda dtype: encoder.Encoder(
+            encoder.EncoderConfig(1, 2, 16, classifier="gap", dropout_rate=0.1,
+                                  approximate_gelu=False, position_embedding="learned_2d",
+                                  position_embedding_placement="every_layer_shared",
+                                  layer_norm_epsilon=1e-5),
+            (2, 3), dtype=dtype),
         (2, 2, 3, 8), "bfloat16"),
     "PatchEmbedding": (
         lambda dtype: patching.PatchEmbedding(4, 8, kernel_initializer="glorot_uniform",

@@ -33,8 +33,10 @@ import warnings
 import keras
 import numpy as np
 
+from keras_vit.checkpoints import official
+from keras_vit.checkpoints.base import assign, export
+from keras_vit.checkpoints.capabilities import check_expressible
 from keras_vit.layers.encoder import LAYER_NORM_EPSILON
-from keras_vit.models.axial import refuse_checkpoint_format
 from keras_vit.models.vit import VisionTransformer
 
 
@@ -60,61 +62,49 @@ _CONFIG = (
 )
 
 
-def _block_pairs(block, hub):
-    """(keras_vit variable, keras-hub variable) for one encoder block."""
-    mlp, attention = block.MlpBlock_3, block.MultiHeadDotProductAttention_1
-    pairs = [
-        (block.LayerNorm_0.gamma, hub.layer_norm_1.gamma),
-        (block.LayerNorm_0.beta, hub.layer_norm_1.beta),
-        (block.LayerNorm_2.gamma, hub.layer_norm_2.gamma),
-        (block.LayerNorm_2.beta, hub.layer_norm_2.beta),
-        (mlp.Dense_0.kernel, hub.mlp.dense_1.kernel),
-        (mlp.Dense_0.bias, hub.mlp.dense_1.bias),
-        (mlp.Dense_1.kernel, hub.mlp.dense_2.kernel),
-        (mlp.Dense_1.bias, hub.mlp.dense_2.bias),
-    ]
-    for ours, theirs in (("query", hub.mha.query_dense), ("key", hub.mha.key_dense),
-                         ("value", hub.mha.value_dense), ("out", hub.mha.output_dense)):
-        pairs.append((getattr(attention, f"{ours}_kernel"), theirs.kernel))
-        pairs.append((getattr(attention, f"{ours}_bias"), theirs.bias))
-    return pairs
+def _block_variables(prefix, hub):
+    """Official key -> keras-hub variable for one encoder block."""
+    found = {
+        f"{prefix}/LayerNorm_0/scale": hub.layer_norm_1.gamma,
+        f"{prefix}/LayerNorm_0/bias": hub.layer_norm_1.beta,
+        f"{prefix}/LayerNorm_2/scale": hub.layer_norm_2.gamma,
+        f"{prefix}/LayerNorm_2/bias": hub.layer_norm_2.beta,
+    }
+    for name, dense in (("Dense_0", hub.mlp.dense_1), ("Dense_1", hub.mlp.dense_2)):
+        found[f"{prefix}/MlpBlock_3/{name}/kernel"] = dense.kernel
+        found[f"{prefix}/MlpBlock_3/{name}/bias"] = dense.bias
+    for name, dense in (("query", hub.mha.query_dense), ("key", hub.mha.key_dense),
+                        ("value", hub.mha.value_dense), ("out", hub.mha.output_dense)):
+        found[f"{prefix}/MultiHeadDotProductAttention_1/{name}/kernel"] = dense.kernel
+        found[f"{prefix}/MultiHeadDotProductAttention_1/{name}/bias"] = dense.bias
+    return found
 
 
-def _head_pairs(vit, classifier):
-    """(keras_vit variable, keras-hub variable) for pre_logits (if any) and the head."""
-    pairs = []
-    if vit.representation_size is not None:
-        pre_logits = vit.get_layer("pre_logits")
-        pairs += [(pre_logits.kernel, classifier.intermediate_layer.kernel),
-                  (pre_logits.bias, classifier.intermediate_layer.bias)]
-    head = vit.get_layer("head")
-    return pairs + [(head.kernel, classifier.output_dense.kernel),
-                    (head.bias, classifier.output_dense.bias)]
+def hub_variables(backbone, classifier=None):
+    """Official checkpoint key -> the keras-hub variable that holds that tensor.
 
-
-def _pairs(vit, backbone, classifier=None):
-    """(keras_vit variable, keras-hub variable or None) for every keras_vit weight."""
+    keras-hub's ViT is the official model, so its variables are the official tensors (up to a
+    reshape); the keras_vit side is the shared official table (``official.vit_table``). A
+    bias-free keras-hub variant maps its biases to None.
+    """
     embed = backbone.get_layer("vit_patching_and_embedding")
     encoder = backbone.get_layer("vit_encoder")
-    pairs = [
-        (vit.get_layer("embedding").conv.kernel, embed.patch_embedding.kernel),
-        (vit.get_layer("embedding").conv.bias, embed.patch_embedding.bias),
-        (vit.get_layer("posembed_input").pos_embedding, embed.position_embedding.embeddings),
-    ]
-    if vit.classifier == "token":
-        pairs.append((vit.get_layer("cls").cls, embed.class_token))
+    found = {"embedding/kernel": embed.patch_embedding.kernel,
+             "embedding/bias": embed.patch_embedding.bias,
+             official.POSEMB: embed.position_embedding.embeddings}
+    if backbone.use_class_token:
+        found["cls"] = embed.class_token
     for i, hub in enumerate(encoder.encoder_layers):
-        pairs += _block_pairs(vit.get_layer(f"encoderblock_{i}"), hub)
-    norm = vit.get_layer("encoder_norm")
-    pairs += [(norm.gamma, encoder.layer_norm.gamma), (norm.beta, encoder.layer_norm.beta)]
+        found.update(_block_variables(f"Transformer/encoderblock_{i}", hub))
+    found["Transformer/encoder_norm/scale"] = encoder.layer_norm.gamma
+    found["Transformer/encoder_norm/bias"] = encoder.layer_norm.beta
     if classifier is not None:
-        pairs += _head_pairs(vit, classifier)
-    return pairs
-
-
-def _copy(source, target):
-    value = keras.ops.convert_to_numpy(source)
-    target.assign(np.reshape(value, target.shape).astype(target.dtype))
+        layers = (("head", classifier.output_dense),)
+        if classifier.intermediate_dim is not None:
+            layers = (("pre_logits", classifier.intermediate_layer), *layers)
+        for key, dense in layers:
+            found.update({f"{key}/kernel": dense.kernel, f"{key}/bias": dense.bias})
+    return found
 
 
 def from_keras_hub(model):
@@ -141,11 +131,13 @@ def from_keras_hub(model):
     if classifier is not None:
         _check_hub_classifier(classifier, backbone)
     vit = VisionTransformer(**_vit_config(backbone, classifier))
-    for ours, theirs in _pairs(vit, backbone, classifier):
-        if theirs is None:  # a bias-free keras-hub variant
-            ours.assign(np.zeros(ours.shape, ours.dtype))
-        else:
-            _copy(theirs, ours)
+    table = official.vit_table(vit)
+    tensors = {}
+    for key, variable in hub_variables(backbone, classifier).items():
+        shape = table[key].file_shape if key in table else variable.shape
+        tensors[key] = (np.zeros(shape, "float32") if variable is None  # a bias-free variant
+                        else np.reshape(keras.ops.convert_to_numpy(variable), shape))
+    assign(table, tensors, what="keras-hub model")
     return vit
 
 
@@ -250,7 +242,7 @@ def to_keras_hub(model, *, strict=True):
     'ViTImageClassifier'
     """
     keras_hub = _keras_hub()
-    _check_expressible(model, strict)
+    check_expressible(model, "keras_hub", strict)
     backbone = keras_hub.models.ViTBackbone(**_hub_backbone_config(model))
     classifier = None
     if model.num_classes is not None:
@@ -261,49 +253,10 @@ def to_keras_hub(model, *, strict=True):
             intermediate_dim=model.representation_size,
             activation=None,
         )
-    for ours, theirs in _pairs(model, backbone, classifier):
-        _copy(ours, theirs)
+    arrays = export(official.vit_table(model))
+    for key, variable in hub_variables(backbone, classifier).items():
+        variable.assign(np.reshape(arrays[key], variable.shape).astype(variable.dtype))
     return backbone if classifier is None else classifier
-
-
-def _check_expressible(model, strict):
-    """Refuses a keras_vit model that keras-hub's ViT cannot reproduce."""
-    refuse_checkpoint_format(model, "keras-hub")
-    if not isinstance(model, VisionTransformer):
-        raise TypeError(
-            f"to_keras_hub expects a keras_vit VisionTransformer, got {type(model).__name__}; "
-            "keras-hub has no BiT ResNetV2 with this layout."
-        )
-    if model.resnet is not None:
-        raise ValueError(
-            "keras-hub's ViT has no ResNet stem, so a hybrid ResNet+ViT cannot be expressed; "
-            "keep it as a keras_vit model."
-        )
-    placement = (model.position_embedding, model.position_embedding_placement)
-    if placement != ("learned_1d", "stem"):
-        raise ValueError(
-            "keras-hub's ViT adds one learned 1-D position embedding after the patch embedding; "
-            f"position_embedding={placement[0]!r} with placement {placement[1]!r} cannot be "
-            "expressed."
-        )
-    if model.approximate_gelu and strict:
-        raise ValueError(
-            "The model uses the tanh-approximated GELU (as the official checkpoints do) and "
-            "keras-hub only has the exact one, so the outputs would change (about 1e-4). Pass "
-            "strict=False to convert anyway."
-        )
-    if model.layer_norm_epsilon != LAYER_NORM_EPSILON:
-        raise ValueError(
-            f"keras-hub's ViT uses LayerNorm epsilon {LAYER_NORM_EPSILON}; this model uses "
-            f"{model.layer_norm_epsilon} (e.g. loaded from Hugging Face) and cannot be "
-            "expressed exactly. Save it with save_checkpoint(..., format='transformers') instead."
-        )
-    if model.num_classes is None and model.representation_size is not None:
-        raise ValueError(
-            "A headless model with a pre_logits layer cannot be expressed: a keras-hub "
-            "ViTBackbone has no representation layer. Build the model with a head, or with "
-            "representation_size=None."
-        )
 
 
 def _hub_backbone_config(model):

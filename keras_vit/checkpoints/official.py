@@ -22,8 +22,9 @@ from keras_vit.checkpoints.base import (
     resize_posemb_tensor,
     write_atomically,
 )
+from keras_vit.checkpoints.capabilities import check_expressible
+from keras_vit.layers.encoder import EncoderConfig
 from keras_vit.layers.position import table_grid
-from keras_vit.models.axial import refuse_checkpoint_format
 from keras_vit.models.resnet_v2 import ResNetV2
 from keras_vit.models.vit import VisionTransformer
 
@@ -131,26 +132,13 @@ def _layer_norm(prefix, layer):
     return {f"{prefix}/scale": Entry(layer.gamma), f"{prefix}/bias": Entry(layer.beta)}
 
 
-def _check_official_position(model):
-    """The official files hold one learned 1-D embedding added after the stem, nothing else."""
-    options = (model.position_embedding, model.position_embedding_placement)
-    if options != ("learned_1d", "stem"):
-        raise ValueError(
-            "The official checkpoint format holds only a learned 1-D position embedding added "
-            f"after the stem ('{POSEMB}'), but this model uses "
-            f"position_embedding={options[0]!r} with position_embedding_placement={options[1]!r} "
-            "(paper Appendix D.4). Save such a model with model.save('model.keras'), which keeps "
-            "every variant, or use the defaults ('learned_1d', 'stem') to exchange official files."
-        )
-
-
 def vit_table(model):
     """Official key -> Entry for a ``VisionTransformer`` (hybrids include the ResNet stem).
 
     Only the default position embedding ('learned_1d' at the 'stem') has an official layout; other
     variants raise a ``ValueError`` naming the ``.keras`` format as the way to save them.
     """
-    _check_official_position(model)
+    check_expressible(model, "official")
     table = {}
     if model.resnet is not None:
         table.update(resnet.hybrid_stem_table(model.get_layer("resnet")))
@@ -205,13 +193,11 @@ def infer_vit_config(tensors, posemb_grid=None):
     posemb = _require(tensors, POSEMB, "position embedding")
     classifier = "token" if "cls" in tensors else "gap"
     rows, cols = table_grid(posemb.shape[1] - (classifier == "token"), posemb_grid, "posemb_grid")
+    encoder = EncoderConfig(num_layers, int(query.shape[1]), int(mlp.shape[1]),
+                            hidden_size=int(hidden_size), classifier=classifier)
     config = dict(
+        encoder.to_dict(),
         patch_size=int(patch_size),
-        hidden_size=int(hidden_size),
-        num_layers=num_layers,
-        num_heads=int(query.shape[1]),
-        mlp_dim=int(mlp.shape[1]),
-        classifier=classifier,
         representation_size=(
             int(tensors["pre_logits/kernel"].shape[1]) if "pre_logits/kernel" in tensors else None
         ),
@@ -244,15 +230,8 @@ def _family(tensors):
 
 def table_for(model):
     """The official key table of a keras_vit model."""
-    refuse_checkpoint_format(model, "official .npz")
-    if isinstance(model, VisionTransformer):
-        return vit_table(model)
-    if isinstance(model, ResNetV2):
-        return resnet.bit_table(model)
-    raise TypeError(
-        f"{type(model).__name__} has no official checkpoint layout; expected a keras_vit "
-        "VisionTransformer (plain or hybrid) or ResNetV2."
-    )
+    check_expressible(model, "official")
+    return resnet.bit_table(model) if isinstance(model, ResNetV2) else vit_table(model)
 
 
 def load_checkpoint(path, *, image_size=None, num_classes=None, drop_pre_logits=False,

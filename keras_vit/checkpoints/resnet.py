@@ -15,7 +15,7 @@ Layouts (``docs/official-checkpoints.md`` Sec. 1-2):
 """
 
 from keras_vit.checkpoints.base import Entry
-from keras_vit.layers.resnet import ROOT_WIDTH, plain_number
+from keras_vit.layers.resnet import ROOT_WIDTH, hybrid_stride, plain_number
 
 # BiT TF sub-module -> bit_jax name of the keras_vit PreActivationUnit sub-layer.
 _BIT_UNIT = {
@@ -75,8 +75,8 @@ def hybrid_stem_config(tensors):
     num_stages = _count(tensors, "block{}/unit1/conv1/kernel")
     num_layers = [_count(tensors, f"block{s}/unit{{}}/conv1/kernel")
                   for s in range(1, num_stages + 1)]
-    stride = 4 * 2 ** max(num_stages - 1, 0)
-    return dict(num_layers=num_layers, width_factor=plain_number(width / ROOT_WIDTH)), stride
+    return (dict(num_layers=num_layers, width_factor=plain_number(width / ROOT_WIDTH)),
+            hybrid_stride(num_layers))
 
 
 # ----------------------------------------------------------------------------- BiT

@@ -30,7 +30,7 @@ import re
 
 import numpy as np
 
-from keras_vit.checkpoints import official, resnet
+from keras_vit.checkpoints import resnet
 from keras_vit.checkpoints.base import (
     Entry,
     assign,
@@ -42,9 +42,10 @@ from keras_vit.checkpoints.base import (
     torch_heads_out,
     write_atomically,
 )
+from keras_vit.checkpoints.capabilities import check_expressible
+from keras_vit.layers.encoder import EncoderConfig
 from keras_vit.layers.position import table_grid
-from keras_vit.layers.resnet import ROOT_WIDTH, plain_number
-from keras_vit.models.axial import refuse_checkpoint_format
+from keras_vit.layers.resnet import ROOT_WIDTH, hybrid_stride, plain_number
 from keras_vit.models.resnet_v2 import ResNetV2
 from keras_vit.models.vit import VisionTransformer
 
@@ -188,14 +189,7 @@ def _linear(prefix, layer):
 
 def vit_table(model):
     """timm key -> Entry for a ``VisionTransformer`` (plain or hybrid)."""
-    official._check_official_position(model)
-    if model.representation_size is not None:
-        raise ValueError(
-            "timm's VisionTransformer has no pre-logits (representation) layer, so this model "
-            f"(representation_size={model.representation_size}) cannot be written for timm. "
-            "Drop it first (load_checkpoint(..., drop_pre_logits=True), as fine-tuning does), "
-            "or save in the official or transformers format, which keep it."
-        )
+    check_expressible(model, "timm")
     table = {}
     if model.resnet is not None:
         stem = resnet.hybrid_stem_table(model.get_layer("resnet"))
@@ -272,13 +266,8 @@ def bit_table(model):
 
 
 def table_for(model):
-    refuse_checkpoint_format(model, "timm")
-    if isinstance(model, VisionTransformer):
-        return vit_table(model)
-    if isinstance(model, ResNetV2):
-        return bit_table(model)
-    raise TypeError(f"{type(model).__name__} has no timm layout; expected a keras_vit "
-                    "VisionTransformer (plain or hybrid) or ResNetV2.")
+    check_expressible(model, "timm")
+    return bit_table(model) if isinstance(model, ResNetV2) else vit_table(model)
 
 
 # ----------------------------------------------------------------------------- inference
@@ -322,12 +311,13 @@ def infer_vit_config(tensors, num_heads=None, posemb_grid=None):
     classifier = "token" if "cls_token" in tensors else "gap"
     if "pos_embed" not in tensors:
         raise ValueError("The state dict has no 'pos_embed' (pos_embed='none' is not supported).")
+    encoder = EncoderConfig(num_layers, num_heads, int(tensors["blocks.0.mlp.fc1.weight"].shape[0]),
+                            hidden_size=int(hidden), classifier=classifier,
+                            approximate_gelu=False)  # timm's nn.GELU
     config = dict(
-        patch_size=int(patch), hidden_size=int(hidden), num_layers=num_layers,
-        num_heads=int(num_heads), mlp_dim=int(tensors["blocks.0.mlp.fc1.weight"].shape[0]),
-        classifier=classifier, representation_size=None,
+        encoder.to_dict(), patch_size=int(patch), representation_size=None,
         num_classes=int(tensors["head.weight"].shape[0]) if "head.weight" in tensors else None,
-        num_channels=int(channels), approximate_gelu=False,
+        num_channels=int(channels),
     )
     stride = int(patch)
     if "patch_embed.backbone.stem.conv.weight" in tensors:
@@ -338,7 +328,7 @@ def infer_vit_config(tensors, num_heads=None, posemb_grid=None):
         config.update(resnet=dict(num_layers=layers,
                                   width_factor=plain_number(root.shape[0] / ROOT_WIDTH)),
                       num_channels=int(root.shape[1]))
-        stride *= 4 * 2 ** max(num_stages - 1, 0)
+        stride *= hybrid_stride(layers)
     elif any(k.startswith("patch_embed.backbone.") for k in tensors):
         raise ValueError("This hybrid's backbone is not a ResNetV2 with a stem and stages (e.g. "
                          "timm's R+ViT-Ti without stages); it is not supported.")

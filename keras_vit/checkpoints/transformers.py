@@ -24,7 +24,6 @@ import os
 
 import numpy as np
 
-from keras_vit.checkpoints import official
 from keras_vit.checkpoints.base import (
     Entry,
     assign,
@@ -38,8 +37,9 @@ from keras_vit.checkpoints.base import (
     torch_heads_out,
     write_atomically,
 )
+from keras_vit.checkpoints.capabilities import check_expressible, check_position
 from keras_vit.checkpoints.timm import read_state_dict
-from keras_vit.models.axial import refuse_checkpoint_format
+from keras_vit.layers.encoder import EncoderConfig
 from keras_vit.models.base import image_shape
 from keras_vit.models.vit import VisionTransformer
 
@@ -109,20 +109,18 @@ def infer_config(hf, tensors):
     prefix = _prefix(tensors)
     pooler = f"{prefix}pooler.dense.weight"
     size = hf.get("image_size", 224)
+    encoder = EncoderConfig(
+        int(hf["num_hidden_layers"]), int(hf["num_attention_heads"]), int(hf["intermediate_size"]),
+        hidden_size=int(hf["hidden_size"]), classifier="token", approximate_gelu=ACTIVATIONS[act],
+        layer_norm_epsilon=float(hf.get("layer_norm_eps", 1e-12)))
     return dict(
+        encoder.to_dict(),
         image_size=tuple(size) if isinstance(size, (list, tuple)) else int(size),
         patch_size=int(hf.get("patch_size", 16)),
-        hidden_size=int(hf["hidden_size"]),
-        num_layers=int(hf["num_hidden_layers"]),
-        num_heads=int(hf["num_attention_heads"]),
-        mlp_dim=int(hf["intermediate_size"]),
         num_classes=(int(tensors["classifier.weight"].shape[0])
                      if "classifier.weight" in tensors else None),
-        classifier="token",
         representation_size=int(tensors[pooler].shape[0]) if pooler in tensors else None,
         num_channels=int(hf.get("num_channels", 3)),
-        approximate_gelu=ACTIVATIONS[act],
-        layer_norm_epsilon=float(hf.get("layer_norm_eps", 1e-12)),
     )
 
 
@@ -132,7 +130,7 @@ def table(model):
     With a head the layout is ``ViTForImageClassification`` (``vit.`` prefix, ``classifier``);
     without, ``ViTModel`` (no prefix; a pre-logits layer is its ``pooler``).
     """
-    check_expressible(model)
+    check_expressible(model, "transformers")
     return layout(model, "vit." if model.num_classes is not None else "")
 
 
@@ -181,25 +179,6 @@ def layout(model, prefix):
     return t
 
 
-def check_expressible(model):
-    refuse_checkpoint_format(model, "transformers")
-    if not isinstance(model, VisionTransformer) or model.resnet is not None:
-        raise ValueError(
-            "transformers' ViT has no ResNet stem and no BiT model; save hybrids and ResNetV2 "
-            "in the official or timm format."
-        )
-    official._check_official_position(model)
-    if model.classifier != "token":
-        raise ValueError("transformers' ViT pools the class token; a classifier='gap' model "
-                         "cannot be written for it (use the official or timm format).")
-    if model.representation_size is not None and model.num_classes is not None:
-        raise ValueError(
-            "ViTForImageClassification puts its classifier straight on the class token, with "
-            "no pre-logits layer; drop it (load_checkpoint(..., drop_pre_logits=True)) or save "
-            "without a head (ViTModel, whose pooler is the pre-logits layer)."
-        )
-
-
 def hf_config(model):
     """The ``config.json`` transformers needs to rebuild ``model``."""
     height, width = model.image_size
@@ -243,7 +222,7 @@ def load(path, *, image_size=None, num_classes=None, drop_pre_logits=False, **ov
                           drop_pre_logits=drop_pre_logits, image_size=image_size,
                           overrides=overrides)
     model = VisionTransformer(**config)
-    official._check_official_position(model)
+    check_position(model, "transformers")
     key = f"{prefix}embeddings.position_embeddings"
     assign(layout(model, prefix), resize_posemb_tensor(tensors, key, model, file_grid), skip,
            "transformers checkpoint")

@@ -113,6 +113,36 @@ def _fewshot_accuracy(x, y, x_test, y_test, num_classes, l2_reg):
     return float(np.mean(predictions == y_test))
 
 
+def _check_features(train_features, y_train, test_features, y_test):
+    """The features as float64 matrices and the labels as integer vectors, checked."""
+    x_train = np.asarray(train_features, np.float64)
+    x_test = np.asarray(test_features, np.float64)
+    y_train = _check_labels(y_train, "y_train")
+    y_test = _check_labels(y_test, "y_test")
+    for name, x, y in (("train", x_train, y_train), ("test", x_test, y_test)):
+        if x.ndim != 2:
+            raise ValueError(f"{name} features must be a (examples, dim) matrix, got {x.shape}.")
+        if len(x) != len(y):
+            raise ValueError(
+                f"{name} features have {len(x)} rows but there are {len(y)} {name} labels."
+            )
+    if x_train.shape[1] != x_test.shape[1]:
+        raise ValueError(
+            f"Train and test features differ in width: {x_train.shape[1]} vs {x_test.shape[1]}."
+        )
+    return x_train, y_train, x_test, y_test
+
+
+def _num_classes(y_train, y_test, num_classes):
+    """K: as given (every label below it), else one more than the largest label."""
+    largest = max(int(y_train.max(initial=-1)), int(y_test.max(initial=-1)))
+    if num_classes is None:
+        return largest + 1
+    if largest >= num_classes:
+        raise ValueError(f"A label ({largest}) is not below num_classes ({num_classes}).")
+    return num_classes
+
+
 def fewshot_linear_from_features(
     train_features,
     y_train,
@@ -147,30 +177,11 @@ def fewshot_linear_from_features(
     >>> fewshot_linear_from_features(features, labels, features, labels, shots=(1,), seeds=(0,))
     {1: {'mean': 1.0, 'std': 0.0, 'per_seed': [1.0]}}
     """
-    x_train = np.asarray(train_features, np.float64)
-    x_test = np.asarray(test_features, np.float64)
-    y_train = _check_labels(y_train, "y_train")
-    y_test = _check_labels(y_test, "y_test")
-    for name, x, y in (("train", x_train, y_train), ("test", x_test, y_test)):
-        if x.ndim != 2:
-            raise ValueError(f"{name} features must be a (examples, dim) matrix, got {x.shape}.")
-        if len(x) != len(y):
-            raise ValueError(
-                f"{name} features have {len(x)} rows but there are {len(y)} {name} labels."
-            )
-    if x_train.shape[1] != x_test.shape[1]:
-        raise ValueError(
-            f"Train and test features differ in width: {x_train.shape[1]} vs {x_test.shape[1]}."
-        )
-    if isinstance(shots, int):
-        shots = (shots,)
-    if isinstance(seeds, int):
-        seeds = (seeds,)
-    largest = max(int(y_train.max(initial=-1)), int(y_test.max(initial=-1)))
-    if num_classes is None:
-        num_classes = largest + 1
-    elif largest >= num_classes:
-        raise ValueError(f"A label ({largest}) is not below num_classes ({num_classes}).")
+    x_train, y_train, x_test, y_test = _check_features(train_features, y_train, test_features,
+                                                       y_test)
+    shots = (shots,) if isinstance(shots, int) else shots
+    seeds = (seeds,) if isinstance(seeds, int) else seeds
+    num_classes = _num_classes(y_train, y_test, num_classes)
     _check_shots(y_train, num_classes, shots)
 
     per_seed = {int(shot): [] for shot in shots}

@@ -13,6 +13,8 @@
 import keras
 import numpy as np
 
+from keras_vit.models.base import image_shape
+
 
 def _check_model(model):
     needed = ("attention_model", "grid_size", "stride", "classifier", "image_size", "num_channels")
@@ -117,8 +119,8 @@ def attention_rollout(model, images, batch_size=32):
     Example:
     >>> import numpy as np
     >>> from keras_vit import VisionTransformer
-    >>> model = VisionTransformer(image_size=8, patch_size=4, hidden_size=8, num_layers=2,
-    ...                           num_heads=2, mlp_dim=16, num_classes=3)
+    >>> tiny = dict(hidden_size=8, num_layers=2, num_heads=2, mlp_dim=16, num_classes=3)
+    >>> model = VisionTransformer(image_size=8, patch_size=4, **tiny)
     >>> attention_rollout(model, np.zeros((1, 8, 8, 3), "float32")).shape
     (1, 2, 2)
     """
@@ -155,8 +157,7 @@ def attention_maps(model, images, batch_size=32):
     Example:
     >>> import numpy as np
     >>> from keras_vit import VisionTransformer
-    >>> model = VisionTransformer(image_size=8, patch_size=4, hidden_size=8, num_layers=2,
-    ...                           num_heads=2, mlp_dim=16, num_classes=3)
+    >>> model = VisionTransformer(8, 4, hidden_size=8, num_layers=2, num_heads=2, mlp_dim=16)
     >>> attention_maps(model, np.zeros((1, 8, 8, 3), "float32")).shape
     (1, 2, 2, 2, 2)
     """
@@ -194,12 +195,7 @@ def rollout_to_image(rollout, image_size, normalize=True):
         raise ValueError(
             f"Expected rollout maps of shape (batch, rows, cols) or (rows, cols), got {maps.shape}."
         )
-    if isinstance(image_size, (tuple, list)):
-        height, width = (int(v) for v in image_size)
-    else:
-        height = width = int(image_size)
-    if height < 1 or width < 1:
-        raise ValueError(f"image_size must be positive, got {image_size!r}.")
+    height, width = image_shape(image_size)
     resized = keras.ops.image.resize(
         maps[..., None], (height, width), interpolation="bilinear", data_format="channels_last"
     )

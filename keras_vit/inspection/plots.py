@@ -12,6 +12,7 @@ import numpy as np
 
 from keras_vit.inspection.attention import rollout_to_image
 from keras_vit.inspection.embeddings import FilterComponents, check_similarity
+from keras_vit.models.base import image_shape
 
 
 def _new_figure(figsize):
@@ -155,10 +156,7 @@ def plot_mean_attention_distance(distances, image_size=None, title=None, uniform
     axis.set_xticks(depth if layers <= 12 else depth[::2])
     axis.set_ylabel("Mean attention distance (pixels)")
     if image_size is not None:
-        if isinstance(image_size, (tuple, list)):
-            height, width = image_size
-        else:
-            height = width = image_size
+        height, width = image_shape(image_size)
         axis.set_ylim(0, float(np.hypot(height, width)))
     else:
         axis.set_ylim(bottom=0)

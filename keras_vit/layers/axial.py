@@ -17,7 +17,7 @@ import keras
 from keras import ops
 
 from keras_vit.layers.attention import check_axis
-from keras_vit.layers.encoder import LAYER_NORM_EPSILON, Encoder, EncoderBlock
+from keras_vit.layers.encoder import Encoder, EncoderBlock, EncoderConfig, legacy_config
 from keras_vit.layers.resnet import group_norm, standardized_conv
 
 
@@ -26,31 +26,25 @@ class AxialEncoderBlock(keras.layers.Layer):
     """Two axial Transformer blocks on a (batch, H, W, D) grid: ``row`` then ``column``.
 
     ``row`` is an ``EncoderBlock`` whose attention runs within each row (``attention_axis=2``),
-    ``column`` one within each column (``attention_axis=1``). Arguments as ``EncoderBlock``;
-    ``relative_position`` gives each attention 1-D relative logits along its axis. With
-    ``return_attention_scores=True`` it also returns ``[row_probs, column_probs]``, of shapes
-    (batch, H, heads, W, W) and (batch, W, heads, H, H).
+    ``column`` one within each column (``attention_axis=1``), both of the same ``EncoderConfig``;
+    a ``"relative"`` position embedding gives each attention 1-D relative logits along its axis.
+    With ``return_attention_scores=True`` it also returns ``[row_probs, column_probs]``, of
+    shapes (batch, H, heads, W, W) and (batch, W, heads, H, H).
 
     Example:
     >>> import numpy as np
-    >>> block = AxialEncoderBlock(num_heads=2, mlp_dim=16)
+    >>> block = AxialEncoderBlock(EncoderConfig(num_layers=1, num_heads=2, mlp_dim=16))
     >>> tuple(block(np.ones((2, 3, 4, 8), "float32")).shape)
     (2, 3, 4, 8)
     """
 
-    def __init__(self, num_heads, mlp_dim, dropout_rate=0.0, attention_dropout_rate=0.0,
-                 approximate_gelu=True, relative_position=False, remat=False,
-                 layer_norm_epsilon=LAYER_NORM_EPSILON, **kwargs):
+    def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
-        self.arguments = dict(
-            num_heads=int(num_heads), mlp_dim=int(mlp_dim), dropout_rate=float(dropout_rate),
-            attention_dropout_rate=float(attention_dropout_rate),
-            approximate_gelu=bool(approximate_gelu), relative_position=bool(relative_position),
-            remat=bool(remat), layer_norm_epsilon=float(layer_norm_epsilon))
-        self.num_heads = self.arguments["num_heads"]
-        self.row = EncoderBlock(**self.arguments, attention_axis=2, dtype=self.dtype_policy,
+        self.config = EncoderConfig.from_dict(config)
+        self.num_heads = self.config.num_heads
+        self.row = EncoderBlock(self.config, attention_axis=2, dtype=self.dtype_policy,
                                 name="row")
-        self.column = EncoderBlock(**self.arguments, attention_axis=1, dtype=self.dtype_policy,
+        self.column = EncoderBlock(self.config, attention_axis=1, dtype=self.dtype_policy,
                                    name="column")
 
     def build(self, input_shape):
@@ -73,9 +67,12 @@ class AxialEncoderBlock(keras.layers.Layer):
         return out, probs
 
     def get_config(self):
-        config = super().get_config()
-        config.update(self.arguments)
-        return config
+        return {**super().get_config(), "config": self.config.to_dict()}
+
+    @classmethod
+    def from_config(cls, config):
+        settings, rest = legacy_config(config)
+        return cls(settings, **rest)
 
 
 def _class_row(tokens, grid, has_class_token):
@@ -104,8 +101,8 @@ class AxialEncoder(Encoder):
 
     Example:
     >>> import numpy as np
-    >>> encoder = AxialEncoder(num_layers=1, num_heads=2, mlp_dim=16,
-    ...                        position_embedding_grid=(3, 4))
+    >>> config = EncoderConfig(num_layers=1, num_heads=2, mlp_dim=16)
+    >>> encoder = AxialEncoder(config, position_embedding_grid=(3, 4))
     >>> tuple(encoder(np.ones((2, 3, 4, 8), "float32")).shape)  # class row: (3 + 1) * 4
     (2, 16, 8)
     """

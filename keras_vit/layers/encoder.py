@@ -15,6 +15,7 @@ Sub-layer names follow the official (pre-Linen) module paths, so the checkpoint 
 """
 
 import contextlib
+import dataclasses
 import math
 
 import keras
@@ -61,6 +62,134 @@ def gelu(x, approximate):
 def layer_norm(name, dtype=None, epsilon=LAYER_NORM_EPSILON):
     """A LayerNorm with the official epsilon (1e-6) unless told otherwise."""
     return keras.layers.LayerNormalization(epsilon=epsilon, dtype=dtype, name=name)
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderConfig:
+    """The settings of the Transformer encoder, checked once (vit_jax's ``transformer`` config).
+
+    One frozen object, built by the model and handed unchanged to the ``Encoder`` and each of
+    its blocks, which serialise it once (``to_dict``). Names are the paper's:
+
+    Args:
+        num_layers: the number of blocks L.
+        num_heads: attention heads; must divide ``hidden_size``.
+        mlp_dim: hidden width of the MLP blocks.
+        hidden_size: token width D; None takes it from the input (a lone block or encoder).
+        dropout_rate: dropout after the position embedding, in the MLP and after attention.
+        attention_dropout_rate: dropout on the attention probabilities.
+        approximate_gelu: tanh-approximated GELU (the official checkpoints) or exact.
+        layer_norm_epsilon: epsilon of every LayerNorm (1e-6 as the official checkpoints).
+        remat: rematerialise each block in the backward pass; needs dropout rates of 0.
+        classifier: ``"token"`` prepends a class token; ``"gap"`` does not.
+        position_embedding, position_embedding_placement: paper Appendix D.4
+            (``keras_vit.VisionTransformer``).
+
+    Example:
+    >>> config = EncoderConfig(num_layers=2, num_heads=4, mlp_dim=64)
+    >>> EncoderConfig.from_dict(config.to_dict()) == config
+    True
+    """
+
+    num_layers: int
+    num_heads: int
+    mlp_dim: int
+    hidden_size: int | None = None
+    dropout_rate: float = 0.0
+    attention_dropout_rate: float = 0.0
+    approximate_gelu: bool = True
+    layer_norm_epsilon: float = LAYER_NORM_EPSILON
+    remat: bool = False
+    classifier: str = "token"
+    position_embedding: str = "learned_1d"
+    position_embedding_placement: str = "stem"
+
+    def __post_init__(self):
+        for name in ("num_layers", "num_heads", "mlp_dim", "hidden_size"):
+            value = getattr(self, name)
+            if value is None and name == "hidden_size":
+                continue
+            if isinstance(value, bool) or value is None or int(value) != value or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+            object.__setattr__(self, name, int(value))
+        for name in ("dropout_rate", "attention_dropout_rate"):
+            if not 0.0 <= float(getattr(self, name)) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)!r}.")
+            object.__setattr__(self, name, float(getattr(self, name)))
+        epsilon = float(self.layer_norm_epsilon)
+        if not epsilon > 0:
+            raise ValueError(f"layer_norm_epsilon must be positive, got {epsilon!r}.")
+        object.__setattr__(self, "layer_norm_epsilon", epsilon)
+        object.__setattr__(self, "approximate_gelu", bool(self.approximate_gelu))
+        object.__setattr__(self, "remat", bool(self.remat))
+        self._check_combinations()
+
+    def _check_combinations(self):
+        if self.hidden_size is not None and self.hidden_size % self.num_heads:
+            divisors = [h for h in range(1, min(self.hidden_size, 64) + 1)
+                        if self.hidden_size % h == 0]
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be divisible by num_heads "
+                f"({self.num_heads}); valid head counts for this width include {divisors}."
+            )
+        if self.classifier not in CLASSIFIERS:
+            raise ValueError(f"Unknown classifier {self.classifier!r}; use one of {CLASSIFIERS}.")
+        check_position_options(self.position_embedding, self.position_embedding_placement,
+                               self.hidden_size)
+        if self.remat and (self.dropout_rate or self.attention_dropout_rate):
+            raise ValueError(
+                "remat=True needs dropout_rate=0 and attention_dropout_rate=0: the recomputed "
+                "forward pass would draw new dropout masks. Set the rates to 0 or remat=False."
+            )
+
+    @property
+    def relative_position(self):
+        """Whether every attention learns 1-D relative position logits (Appendix D.4)."""
+        return self.position_embedding == "relative"
+
+    def to_dict(self):
+        """The settings as a JSON-able dict (``from_dict`` reads it back)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values):
+        """The configuration of ``to_dict``'s dict (or of an ``EncoderConfig``, unchanged)."""
+        if isinstance(values, cls):
+            return values
+        unknown = sorted(set(values) - set(cls.field_names()))
+        if unknown:
+            raise TypeError(f"EncoderConfig has no setting {', '.join(unknown)}; its settings "
+                            f"are {', '.join(cls.field_names())}.")
+        return cls(**values)
+
+    @classmethod
+    def field_names(cls):
+        return [field.name for field in dataclasses.fields(cls)]
+
+    @classmethod
+    def split(cls, arguments):
+        """``(EncoderConfig, the other arguments)`` of a model's flat arguments."""
+        names = set(cls.field_names())
+        return (cls(**{k: v for k, v in arguments.items() if k in names}),
+                {k: v for k, v in arguments.items() if k not in names})
+
+    def replace(self, **changes):
+        """A copy with ``changes`` (checked again)."""
+        return dataclasses.replace(self, **changes)
+
+
+def legacy_config(config):
+    """A layer config written before the settings were one ``EncoderConfig`` (old ``.keras``
+    files store the settings flat): the configuration and the layer's other arguments."""
+    if "config" in config:
+        config = dict(config)
+        return EncoderConfig.from_dict(config.pop("config")), config
+    config = dict(config)
+    settings = {k: config.pop(k) for k in EncoderConfig.field_names() if k in config}
+    if config.pop("relative_position", False):  # a kind of position embedding now
+        settings["position_embedding"] = "relative"
+    settings.setdefault("num_layers", 1)
+    return EncoderConfig(**settings), config
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -115,10 +244,12 @@ class EncoderBlock(keras.layers.Layer):
     """One pre-LN Transformer block (the official ``Encoder1DBlock``).
 
     Call with ``return_attention_scores=True`` to also get the (batch, heads, N, N) attention
-    probabilities; the block output is the same either way. ``relative_position=True`` gives the
-    attention learned 1-D relative position logits (paper Appendix D.4).
+    probabilities; the block output is the same either way. ``config`` is the ``EncoderConfig``
+    (heads, MLP width, rates, GELU, epsilon, remat); a ``"relative"`` position embedding gives
+    the attention learned 1-D relative position logits (paper Appendix D.4). ``attention_axis``
+    (1 or 2) makes the attention run along one axis of a (batch, H, W, D) grid (Axial-ViT).
 
-    With ``remat=True`` the block's forward pass runs under ``keras.remat`` (gradient
+    With ``config.remat`` the block's forward pass runs under ``keras.remat`` (gradient
     checkpointing): only its input is kept for the backward pass, where the block is recomputed.
     ``keras.RematScope`` cannot be used here: it passes the ``training`` flag through the
     rematerialised function, which jax and tf.function reject. Dropout must then be 0, because
@@ -126,58 +257,32 @@ class EncoderBlock(keras.layers.Layer):
 
     Example:
     >>> import numpy as np
-    >>> block = EncoderBlock(num_heads=4, mlp_dim=64)
+    >>> block = EncoderBlock(EncoderConfig(num_layers=1, num_heads=4, mlp_dim=64))
     >>> tuple(block(np.ones((2, 5, 32), "float32")).shape)
     (2, 5, 32)
     """
 
-    def __init__(
-        self,
-        num_heads,
-        mlp_dim,
-        dropout_rate=0.0,
-        attention_dropout_rate=0.0,
-        approximate_gelu=True,
-        relative_position=False,
-        remat=False,
-        layer_norm_epsilon=LAYER_NORM_EPSILON,
-        attention_axis=None,
-        **kwargs,
-    ):
+    def __init__(self, config, attention_axis=None, **kwargs):
         super().__init__(**kwargs)
-        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.config = EncoderConfig.from_dict(config)
         self.attention_axis = None if attention_axis is None else int(attention_axis)
-        self.num_heads = int(num_heads)
-        self.mlp_dim = int(mlp_dim)
-        self.dropout_rate = float(dropout_rate)
-        self.attention_dropout_rate = float(attention_dropout_rate)
-        self.approximate_gelu = bool(approximate_gelu)
-        self.relative_position = bool(relative_position)
-        self.remat = bool(remat)
-        if self.remat and (self.dropout_rate or self.attention_dropout_rate):
-            raise ValueError(
-                "remat=True needs dropout_rate=0 and attention_dropout_rate=0: the recomputed "
-                "forward pass would draw new dropout masks. Set the rates to 0 or remat=False."
-            )
-        self.LayerNorm_0 = layer_norm("LayerNorm_0", self.dtype_policy, self.layer_norm_epsilon)
-        attention = dict(attention_dropout_rate=self.attention_dropout_rate,
-                         relative_position=self.relative_position, dtype=self.dtype_policy,
+        config = self.config
+        dtype = self.dtype_policy
+        self.LayerNorm_0 = layer_norm("LayerNorm_0", dtype, config.layer_norm_epsilon)
+        attention = dict(attention_dropout_rate=config.attention_dropout_rate,
+                         relative_position=config.relative_position, dtype=dtype,
                          name="MultiHeadDotProductAttention_1")
         if self.attention_axis is None:
             self.MultiHeadDotProductAttention_1 = MultiHeadSelfAttention(
-                self.num_heads, **attention)
+                config.num_heads, **attention)
         else:
             self.MultiHeadDotProductAttention_1 = AxialAttention(
-                self.num_heads, axis=self.attention_axis, **attention)
-        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
-        self.LayerNorm_2 = layer_norm("LayerNorm_2", self.dtype_policy, self.layer_norm_epsilon)
-        self.MlpBlock_3 = MlpBlock(
-            self.mlp_dim,
-            dropout_rate=self.dropout_rate,
-            approximate_gelu=self.approximate_gelu,
-            dtype=self.dtype_policy,
-            name="MlpBlock_3",
-        )
+                config.num_heads, axis=self.attention_axis, **attention)
+        self.dropout = keras.layers.Dropout(config.dropout_rate, dtype=dtype)
+        self.LayerNorm_2 = layer_norm("LayerNorm_2", dtype, config.layer_norm_epsilon)
+        self.MlpBlock_3 = MlpBlock(config.mlp_dim, dropout_rate=config.dropout_rate,
+                                   approximate_gelu=config.approximate_gelu, dtype=dtype,
+                                   name="MlpBlock_3")
 
     def build(self, input_shape):
         for layer in (
@@ -189,7 +294,7 @@ class EncoderBlock(keras.layers.Layer):
             layer.build(input_shape)
 
     def call(self, inputs, training=None, return_attention_scores=False):
-        if self.remat and not return_attention_scores:
+        if self.config.remat and not return_attention_scores:
             return keras.remat(lambda x: self._forward(x, training, False))(inputs)
         return self._forward(inputs, training, return_attention_scores)
 
@@ -214,19 +319,13 @@ class EncoderBlock(keras.layers.Layer):
         )
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            num_heads=self.num_heads,
-            mlp_dim=self.mlp_dim,
-            dropout_rate=self.dropout_rate,
-            attention_dropout_rate=self.attention_dropout_rate,
-            approximate_gelu=self.approximate_gelu,
-            relative_position=self.relative_position,
-            remat=self.remat,
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            attention_axis=self.attention_axis,
-        )
-        return config
+        return {**super().get_config(), "config": self.config.to_dict(),
+                "attention_axis": self.attention_axis}
+
+    @classmethod
+    def from_config(cls, config):
+        settings, rest = legacy_config(config)
+        return cls(settings, **rest)
 
 
 def check_position_options(kind, placement, hidden_size=None):
@@ -278,16 +377,14 @@ class Encoder(keras.layers.Layer):
     image size works; on the learned grid nothing is interpolated.
 
     Args:
-        num_layers, num_heads, mlp_dim, dropout_rate, attention_dropout_rate,
-        approximate_gelu, remat, layer_norm_epsilon: as ``EncoderBlock`` (and L, the number
-        of blocks); the epsilon is also the final LayerNorm's.
+        config: the ``EncoderConfig`` (L blocks, heads, MLP width, rates, GELU, LayerNorm
+            epsilon, also the final norm's, remat, classifier, position embedding and placement).
         position_embedding_grid: (rows, cols) the position tables are learned at.
-        classifier: ``"token"`` prepends a class token; ``"gap"`` does not.
-        position_embedding, position_embedding_placement: see ``VisionTransformer``.
 
     Example:
     >>> import numpy as np
-    >>> encoder = Encoder(num_layers=2, num_heads=4, mlp_dim=64, position_embedding_grid=(3, 3))
+    >>> config = EncoderConfig(num_layers=2, num_heads=4, mlp_dim=64)
+    >>> encoder = Encoder(config, position_embedding_grid=(3, 3))
     >>> tuple(encoder(np.ones((2, 3, 3, 32), "float32")).shape)
     (2, 10, 32)
     >>> tuple(encoder(np.ones((2, 5, 4, 32), "float32")).shape)  # another grid: interpolated
@@ -296,69 +393,39 @@ class Encoder(keras.layers.Layer):
 
     block_class = EncoderBlock  # the block type; AxialEncoder uses axial pairs
 
-    def __init__(
-        self,
-        num_layers,
-        num_heads,
-        mlp_dim,
-        position_embedding_grid,
-        classifier="token",
-        dropout_rate=0.0,
-        attention_dropout_rate=0.0,
-        approximate_gelu=True,
-        position_embedding="learned_1d",
-        position_embedding_placement="stem",
-        remat=False,
-        layer_norm_epsilon=LAYER_NORM_EPSILON,
-        **kwargs,
-    ):
+    def __init__(self, config, position_embedding_grid, **kwargs):
         super().__init__(**kwargs)
-        if classifier not in CLASSIFIERS:
-            raise ValueError(f"Unknown classifier {classifier!r}; use one of {CLASSIFIERS}.")
-        check_position_options(position_embedding, position_embedding_placement)
-        self.num_layers = int(num_layers)
-        self.num_heads = int(num_heads)
-        self.mlp_dim = int(mlp_dim)
+        self.config = config = EncoderConfig.from_dict(config)
         self.position_embedding_grid = tuple(int(v) for v in position_embedding_grid)
-        self.classifier = classifier
-        self.dropout_rate = float(dropout_rate)
-        self.attention_dropout_rate = float(attention_dropout_rate)
-        self.approximate_gelu = bool(approximate_gelu)
-        self.position_embedding = position_embedding
-        self.position_embedding_placement = position_embedding_placement
-        self.remat = bool(remat)
-        self.layer_norm_epsilon = float(layer_norm_epsilon)
-
         dtype = self.dtype_policy
-        self.cls = ClassToken(dtype=dtype, name="cls") if classifier == "token" else None
-        stem_name, block_names = _position_names(position_embedding_placement, self.num_layers)
-        if not position_embedding.startswith("learned"):
+        self.cls = ClassToken(dtype=dtype, name="cls") if config.classifier == "token" else None
+        self._make_position_layers()
+        self.dropout = keras.layers.Dropout(config.dropout_rate, dtype=dtype, name="dropout")
+        self.blocks = [self.block_class(config, dtype=dtype, name=f"encoderblock_{i}")
+                       for i in range(config.num_layers)]
+        self.encoder_norm = layer_norm("encoder_norm", dtype, config.layer_norm_epsilon)
+
+    def _make_position_layers(self):
+        """The absolute position layers, and which one the stem and each block add."""
+        kind = self.config.position_embedding
+        stem_name, block_names = _position_names(self.config.position_embedding_placement,
+                                                 self.config.num_layers)
+        if not kind.startswith("learned"):
             stem_name = None
         names = [n for n in dict.fromkeys([stem_name, *block_names]) if n is not None]
         self.position_layers = [
-            absolute_position_layer(position_embedding, self.position_embedding_grid, n, dtype)
+            absolute_position_layer(kind, self.position_embedding_grid, n, self.dtype_policy)
             for n in names
         ]
         by_name = {layer.name: layer for layer in self.position_layers}
         self._stem_position = by_name.get(stem_name)
         self._block_positions = [by_name.get(n) for n in block_names]
-        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=dtype, name="dropout")
-        self.blocks = [
-            self.block_class(
-                self.num_heads,
-                self.mlp_dim,
-                dropout_rate=self.dropout_rate,
-                attention_dropout_rate=self.attention_dropout_rate,
-                approximate_gelu=self.approximate_gelu,
-                relative_position=position_embedding == "relative",
-                remat=self.remat,
-                layer_norm_epsilon=self.layer_norm_epsilon,
-                dtype=dtype,
-                name=f"encoderblock_{i}",
-            )
-            for i in range(self.num_layers)
-        ]
-        self.encoder_norm = layer_norm("encoder_norm", dtype, self.layer_norm_epsilon)
+
+    # The settings, read where the encoder is used as before (``encoder.num_heads``...).
+    num_layers = property(lambda self: self.config.num_layers)
+    num_heads = property(lambda self: self.config.num_heads)
+    classifier = property(lambda self: self.config.classifier)
+    position_embedding = property(lambda self: self.config.position_embedding)
 
     def _num_tokens(self, rows, cols):
         if rows is None or cols is None:
@@ -448,19 +515,10 @@ class Encoder(keras.layers.Layer):
         return outputs, [keras.KerasTensor(scores, dtype="float32") for _ in self.blocks]
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            num_layers=self.num_layers,
-            num_heads=self.num_heads,
-            mlp_dim=self.mlp_dim,
-            position_embedding_grid=list(self.position_embedding_grid),
-            classifier=self.classifier,
-            dropout_rate=self.dropout_rate,
-            attention_dropout_rate=self.attention_dropout_rate,
-            approximate_gelu=self.approximate_gelu,
-            position_embedding=self.position_embedding,
-            position_embedding_placement=self.position_embedding_placement,
-            remat=self.remat,
-            layer_norm_epsilon=self.layer_norm_epsilon,
-        )
-        return config
+        return {**super().get_config(), "config": self.config.to_dict(),
+                "position_embedding_grid": list(self.position_embedding_grid)}
+
+    @classmethod
+    def from_config(cls, config):
+        settings, rest = legacy_config(config)
+        return cls(settings, **rest)

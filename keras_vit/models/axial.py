@@ -9,14 +9,7 @@ import keras
 
 from keras_vit.layers.axial import AxialEncoder, AxialUnit
 from keras_vit.layers.resnet import HybridStem, check_units, plain_number, stage_strides
-from keras_vit.models.base import (
-    ConfiguredModel,
-    check_positive,
-    float32_output_dtype,
-    head,
-    image_shape,
-    optional_int,
-)
+from keras_vit.models import base
 from keras_vit.models.vit import VisionTransformer
 
 __all__ = ["AxialResNet", "AxialVisionTransformer", "is_axial"]
@@ -36,8 +29,8 @@ class AxialVisionTransformer(VisionTransformer):
 
     Example:
     >>> import numpy as np
-    >>> model = AxialVisionTransformer(image_size=28, patch_size=7, hidden_size=16, num_layers=1,
-    ...                                num_heads=2, mlp_dim=32, num_classes=10, num_channels=1)
+    >>> encoder = dict(hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32)  # one row+column
+    >>> model = AxialVisionTransformer(28, 7, num_classes=10, num_channels=1, **encoder)
     >>> model.predict(np.zeros((2, 28, 28, 1), "float32"), verbose=0).shape
     (2, 10)
     """
@@ -51,9 +44,9 @@ class AxialVisionTransformer(VisionTransformer):
 def axial_resnet_arguments(block_units, width_factor, num_heads, num_classes, image_size,
                            num_channels, head_kernel_initializer, head_bias_init):
     """Check ``AxialResNet``'s arguments and return them normalised (its config)."""
-    check_positive(num_heads=num_heads, num_channels=num_channels)
+    base.check_positive(num_heads=num_heads, num_channels=num_channels)
     if num_classes is not None:
-        check_positive(num_classes=num_classes)
+        base.check_positive(num_classes=num_classes)
     if image_size is None:
         raise ValueError(
             "AxialResNet needs a fixed image_size: its relative position embeddings are sized "
@@ -62,7 +55,7 @@ def axial_resnet_arguments(block_units, width_factor, num_heads, num_classes, im
     return dict(
         block_units=check_units(block_units, "block_units", allow_empty=False),
         width_factor=plain_number(width_factor), num_heads=int(num_heads),
-        num_classes=optional_int(num_classes), image_size=image_shape(image_size),
+        num_classes=base.optional_int(num_classes), image_size=base.image_shape(image_size),
         num_channels=int(num_channels),
         head_kernel_initializer=keras.initializers.serialize(
             keras.initializers.get(head_kernel_initializer)),
@@ -71,7 +64,7 @@ def axial_resnet_arguments(block_units, width_factor, num_heads, num_classes, im
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class AxialResNet(ConfiguredModel):
+class AxialResNet(base.ConfiguredModel):
     """AxialResNet (paper Appendix D.6): a ResNet whose 3x3 convolutions are axial attention.
 
     Graph: images -> ``root`` (the hybrid stem's root: 7x7/2 weight-standardised conv,
@@ -113,8 +106,8 @@ class AxialResNet(ConfiguredModel):
                               dtype=dtype, name=f"block{s + 1}_unit{u + 1}")(x)
         x = keras.layers.GlobalAveragePooling2D(dtype=dtype, name="pool")(x)
         if num_classes is not None:
-            x = head(num_classes, head_kernel_initializer, head_bias_init,
-                     float32_output_dtype(dtype))(x)
+            x = base.head(num_classes, head_kernel_initializer, head_bias_init,
+                          base.float32_output_dtype(dtype))(x)
         super().__init__(inputs=inputs, outputs=x, name=name, arguments=args, dtype=dtype,
                          **kwargs)
 
@@ -127,13 +120,3 @@ def is_axial(model):
     """Whether ``model`` is an axial-attention model (no official, timm or transformers form)."""
     return isinstance(model, (AxialVisionTransformer, AxialResNet))
 
-
-def refuse_checkpoint_format(model, layout):
-    """Raise the error for an axial ``model`` asked for a checkpoint ``layout``."""
-    if is_axial(model):
-        raise ValueError(
-            f"{type(model).__name__} (an axial-attention model, paper Appendix D.6) has no "
-            f"{layout} layout: no official, timm or transformers checkpoints of axial models "
-            "exist. Save it with model.save('model.keras') and load it with "
-            "keras.saving.load_model."
-        )

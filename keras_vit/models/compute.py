@@ -7,7 +7,7 @@ softmax, GELU, bias and residual adds, the position embedding, pooling, weight
 standardisation), a fraction of a per cent for a ViT-B; XLA's cost analysis counts those too.
 
 Example (ViT-B/16 at 224 px: 17.6 GMACs, the figure timm and papers quote):
->>> from keras_vit.models.registry import create_model
+>>> from keras_vit.models.registry import build_model as create_model
 >>> count = flops(create_model("ViT-B/16"))
 >>> round(count / 2e9, 1)
 17.6
@@ -23,6 +23,7 @@ import collections
 import inspect
 import types
 
+from keras_vit.layers.encoder import EncoderConfig
 from keras_vit.layers.resnet import check_units, hybrid_stride, root_width, stage_strides
 from keras_vit.models.axial import AxialResNet, AxialVisionTransformer
 from keras_vit.models.base import ConfiguredModel, image_shape
@@ -237,7 +238,8 @@ def _configuration(name, image_size, num_classes, overrides):
     arguments = {**_defaults(model_class), **config}
     arguments.pop("name"), arguments.pop("dtype")
     if issubclass(model_class, VisionTransformer):
-        arguments = vit_arguments(**arguments)
+        encoder, rest = EncoderConfig.split(arguments)
+        arguments = vit_arguments(encoder, **rest)
         arguments["axial"] = issubclass(model_class, AxialVisionTransformer)
         resnet = arguments["resnet"]
         stem = 1 if resnet is None else hybrid_stride(resnet.get("num_layers", (3, 4, 9)))
@@ -271,7 +273,7 @@ def flops(model, image_size=None, **overrides):
         ``stages`` and ``head`` for BiT.
 
     Example (the attention matrix grows with the square of the token count):
-    >>> from keras_vit.models.registry import create_model
+    >>> from keras_vit.models.registry import build_model as create_model
     >>> model = create_model("ViT-B/16", image_size=None, position_embedding_grid=(14, 14))
     >>> small, large = flops(model, 224), flops(model, 448)
     >>> round(large.parts["attention_matrix"] / small.parts["attention_matrix"], 1)

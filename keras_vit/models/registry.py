@@ -164,23 +164,19 @@ def model_names():
     return list(PUBLISHED)
 
 
-def create_model(name, *, image_size=224, num_classes=1000, **overrides):
-    """Build a model from its paper name, randomly initialised.
-
-    ``keras_vit.create_model`` also takes ``weights=`` (an official file or published name).
-
-    Args:
-        name: e.g. ``"ViT-B/16"``, ``"ViT-Ti/4"``, ``"R50+ViT-B/16"``, ``"BiT-R50x1"``.
-        image_size: input side (or (height, width)); ``None`` with ``position_embedding_grid``
-            for a ViT of any size at call time.
-        num_classes: head size, or None for a feature extractor.
-        **overrides: any constructor argument (``dropout_rate``, ``classifier``, ...).
+def build_model(name, *, image_size=224, num_classes=1000, **overrides):
+    """The model a paper name stands for, randomly initialised: ``keras_vit.create_model``
+    with ``weights=None`` (``keras_vit.pretrained``, which documents the arguments).
 
     Example:
-    >>> model = create_model("ViT-Ti/4", image_size=28, num_classes=10, num_channels=1)
-    >>> model.count_params()
+    >>> build_model("ViT-Ti/4", image_size=28, num_classes=10, num_channels=1).count_params()
     5353738
     """
     _, model_class, config = parse(name)
     config.update(overrides)
     return model_class(image_size=image_size, num_classes=num_classes, **config)
+
+
+# Deprecated name, kept so that older code runs: ``keras_vit.create_model`` is the one entry
+# point (it also takes ``weights=``); this is its random initialisation, ``build_model``.
+create_model = build_model

@@ -16,18 +16,11 @@ from keras_vit.layers.resnet import (
     root_width,
     stage_strides,
 )
-from keras_vit.models.base import (
-    ConfiguredModel,
-    check_positive,
-    float32_output_dtype,
-    head,
-    image_shape,
-    optional_int,
-)
+from keras_vit.models import base
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class ResNetV2(ConfiguredModel):
+class ResNetV2(base.ConfiguredModel):
     """BiT ResNetV2 classifier (a functional ``keras.Model``).
 
     Graph: images -> ``root_block`` -> ``block1`` ... ``blockS`` -> ``norm-pre-head`` (GroupNorm)
@@ -70,10 +63,10 @@ class ResNetV2(ConfiguredModel):
     ):
         block_units = check_units(block_units, "block_units", allow_empty=False)
         width = root_width(width_factor)
-        check_positive(num_channels=num_channels)
+        base.check_positive(num_channels=num_channels)
         if num_classes is not None:
-            check_positive(num_classes=num_classes)
-        sides = (None, None) if image_size is None else image_shape(image_size)
+            base.check_positive(num_classes=num_classes)
+        sides = (None, None) if image_size is None else base.image_shape(image_size)
 
         inputs = keras.Input((*sides, int(num_channels)), name="images")
         x = BiTRoot(width, dtype=dtype, name="root_block")(inputs)
@@ -84,12 +77,12 @@ class ResNetV2(ConfiguredModel):
         x = keras.layers.ReLU(dtype=dtype, name="relu")(x)
         x = keras.layers.GlobalAveragePooling2D(dtype=dtype, name="pool")(x)
         if num_classes is not None:
-            x = head(num_classes, head_kernel_initializer, head_bias_init,
-                     float32_output_dtype(dtype))(x)
+            x = base.head(num_classes, head_kernel_initializer, head_bias_init,
+                          base.float32_output_dtype(dtype))(x)
         arguments = dict(
             block_units=block_units,
             width_factor=plain_number(width_factor),
-            num_classes=optional_int(num_classes),
+            num_classes=base.optional_int(num_classes),
             image_size=None if image_size is None else sides,
             num_channels=int(num_channels),
             head_kernel_initializer=keras.initializers.serialize(

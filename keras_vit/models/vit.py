@@ -8,10 +8,10 @@ The model is an assembly: (ResNet stem) -> ``PatchEmbedding`` -> ``Encoder`` -> 
 
 import keras
 
-from keras_vit.layers.encoder import Encoder, check_position_options
+from keras_vit.layers.encoder import Encoder, EncoderConfig
 from keras_vit.layers.patching import PatchEmbedding
 from keras_vit.layers.resnet import HybridStem
-from keras_vit.layers.tokens import CLASSIFIERS, TokenPooling
+from keras_vit.layers.tokens import TokenPooling
 from keras_vit.models.base import (
     ConfiguredModel,
     check_positive,
@@ -53,47 +53,33 @@ def _check_divisible(what, sides, stride, hybrid):
             )
 
 
-def vit_arguments(image_size, patch_size, hidden_size, num_layers, num_heads, mlp_dim, num_classes,
-               classifier, representation_size, num_channels, position_embedding,
-               position_embedding_placement, position_embedding_grid, **rest):
-    """Check the constructor arguments and return them normalised (the model's config)."""
-    check_positive(patch_size=patch_size, hidden_size=hidden_size, num_layers=num_layers,
-                   num_heads=num_heads, mlp_dim=mlp_dim, num_channels=num_channels)
-    if hidden_size % num_heads:
-        divisors = [h for h in range(1, min(hidden_size, 64) + 1) if hidden_size % h == 0]
-        raise ValueError(
-            f"hidden_size ({hidden_size}) must be divisible by num_heads ({num_heads}); "
-            f"valid head counts for this width include {divisors}."
-        )
-    if classifier not in CLASSIFIERS:
-        raise ValueError(f"Unknown classifier {classifier!r}; use one of {CLASSIFIERS}.")
+def vit_arguments(encoder, image_size, patch_size, num_classes=1000, representation_size=None,
+                  head_kernel_initializer="zeros", head_bias_init=0.0, num_channels=3, resnet=None,
+                  position_embedding_grid=None):
+    """The model's config: its own arguments checked and normalised, and the (already checked)
+    ``EncoderConfig``'s settings, flat, as ``VisionTransformer`` takes them."""
+    check_positive(patch_size=patch_size, num_channels=num_channels)
     for key, value in (("num_classes", num_classes), ("representation_size", representation_size)):
         if value is not None:
             check_positive(**{key: value})
-    check_position_options(position_embedding, position_embedding_placement, hidden_size)
-    if image_size is None and position_embedding_grid is None and position_embedding != "none":
+    if image_size is None and position_embedding_grid is None and (
+            encoder.position_embedding != "none"):
         raise ValueError(
             "image_size=None (any size at call time) needs position_embedding_grid=(rows, cols), "
             "the grid of patches the position embedding is learned at, e.g. (14, 14) for "
             "224-pixel images with 16-pixel patches."
         )
-    resnet = rest.pop("resnet")
     return dict(
+        encoder.to_dict(),
         image_size=None if image_size is None else image_shape(image_size),
-        patch_size=int(patch_size), hidden_size=int(hidden_size), num_layers=int(num_layers),
-        num_heads=int(num_heads), mlp_dim=int(mlp_dim), num_classes=optional_int(num_classes),
-        classifier=classifier, representation_size=optional_int(representation_size),
-        dropout_rate=float(rest.pop("dropout_rate")),
-        attention_dropout_rate=float(rest.pop("attention_dropout_rate")),
-        approximate_gelu=bool(rest.pop("approximate_gelu")),
+        patch_size=int(patch_size), num_classes=optional_int(num_classes),
+        representation_size=optional_int(representation_size),
         head_kernel_initializer=keras.initializers.serialize(
-            keras.initializers.get(rest.pop("head_kernel_initializer"))),
-        head_bias_init=float(rest.pop("head_bias_init")), num_channels=int(num_channels),
-        resnet=None if resnet is None else dict(resnet), position_embedding=position_embedding,
-        position_embedding_placement=position_embedding_placement, remat=bool(rest.pop("remat")),
+            keras.initializers.get(head_kernel_initializer)),
+        head_bias_init=float(head_bias_init), num_channels=int(num_channels),
+        resnet=None if resnet is None else dict(resnet),
         position_embedding_grid=(
             None if position_embedding_grid is None else image_shape(position_embedding_grid)),
-        layer_norm_epsilon=float(rest.pop("layer_norm_epsilon")),
     )
 
 
@@ -172,35 +158,23 @@ class VisionTransformer(ConfiguredModel):
 
     encoder_class = Encoder  # the encoder layer; Axial-ViT's is AxialEncoder
 
-    def __init__(
-        self,
-        image_size,
-        patch_size,
-        hidden_size,
-        num_layers,
-        num_heads,
-        mlp_dim,
-        num_classes=1000,
-        classifier="token",
-        representation_size=None,
-        dropout_rate=0.0,
-        attention_dropout_rate=0.0,
-        approximate_gelu=True,
-        head_kernel_initializer="zeros",
-        head_bias_init=0.0,
-        num_channels=3,
-        resnet=None,
-        position_embedding="learned_1d",
-        position_embedding_placement="stem",
-        remat=False,
-        position_embedding_grid=None,
-        layer_norm_epsilon=1e-6,
-        name="vit",
-        dtype=None,
-        **kwargs,
-    ):
-        args = vit_arguments(**{k: v for k, v in locals().items()
-                             if k not in ("self", "name", "dtype", "kwargs", "__class__")})
+    def __init__(self, image_size, patch_size, hidden_size, num_layers, num_heads, mlp_dim,
+                 num_classes=1000, classifier="token", representation_size=None,
+                 dropout_rate=0.0, attention_dropout_rate=0.0, approximate_gelu=True,
+                 head_kernel_initializer="zeros", head_bias_init=0.0, num_channels=3,
+                 resnet=None, position_embedding="learned_1d",
+                 position_embedding_placement="stem", remat=False,
+                 position_embedding_grid=None, layer_norm_epsilon=1e-6, name="vit", dtype=None,
+                 **kwargs):
+        encoder = EncoderConfig(
+            num_layers, num_heads, mlp_dim, hidden_size=hidden_size, dropout_rate=dropout_rate,
+            attention_dropout_rate=attention_dropout_rate, approximate_gelu=approximate_gelu,
+            layer_norm_epsilon=layer_norm_epsilon, remat=remat, classifier=classifier,
+            position_embedding=position_embedding,
+            position_embedding_placement=position_embedding_placement)
+        args = vit_arguments(
+            encoder, image_size, patch_size, num_classes, representation_size,
+            head_kernel_initializer, head_bias_init, num_channels, resnet, position_embedding_grid)
         stem = None if resnet is None else HybridStem(**resnet, dtype=dtype, name="resnet")
         if stem is not None:  # JSON form (lists, not tuples): the same config after a .keras trip
             args["resnet"] = {k: stem.get_config()[k] for k in resnet}
@@ -214,14 +188,8 @@ class VisionTransformer(ConfiguredModel):
         inputs = keras.Input((*sides, args["num_channels"]), name="images")
         x = inputs if stem is None else stem(inputs)
         x = PatchEmbedding(patch_size, hidden_size, flatten=False, dtype=dtype, name="embedding")(x)
-        x = type(self).encoder_class(
-            num_layers, num_heads, mlp_dim, args["position_embedding_grid"] or grid or (1, 1),
-            classifier=classifier, dropout_rate=dropout_rate,
-            attention_dropout_rate=attention_dropout_rate, approximate_gelu=approximate_gelu,
-            position_embedding=position_embedding,
-            position_embedding_placement=position_embedding_placement, remat=remat,
-            layer_norm_epsilon=layer_norm_epsilon, dtype=dtype, name="Transformer",
-        )(x)
+        x = type(self).encoder_class(encoder, args["position_embedding_grid"] or grid or (1, 1),
+                                     dtype=dtype, name="Transformer")(x)
         x = TokenPooling(classifier, dtype=dtype, name="pool")(x)
         if representation_size is not None:
             x = keras.layers.Dense(

@@ -12,7 +12,7 @@ from keras_vit.layers.axial import (
     AxialUnit,
     PositionSensitiveAxialAttention,
 )
-from keras_vit.layers.encoder import EncoderBlock
+from keras_vit.layers.encoder import EncoderBlock, EncoderConfig
 
 
 def _x(*shape):
@@ -52,10 +52,10 @@ def test_axial_attention_is_self_attention_on_each_row_or_column(axis):
 
 def test_axial_block_is_a_row_block_then_a_column_block():
     x = _x(2, 3, 4, 8)
-    block = AxialEncoderBlock(2, 16)
+    block = AxialEncoderBlock(EncoderConfig(1, 2, 16))
     y, (row_probs, column_probs) = block(x, return_attention_scores=True)
     assert row_probs.shape == (2, 3, 2, 4, 4) and column_probs.shape == (2, 4, 2, 3, 3)
-    row, column = EncoderBlock(2, 16), EncoderBlock(2, 16)
+    row, column = EncoderBlock(EncoderConfig(1, 2, 16)), EncoderBlock(EncoderConfig(1, 2, 16))
     row.build((None, 4, 8))
     column.build((None, 3, 8))
     row.set_weights(block.row.get_weights())
@@ -71,13 +71,13 @@ def test_class_row_and_position_placements():
     for options in (dict(position_embedding="learned_2d"),
                     dict(position_embedding_placement="every_layer"),
                     dict(position_embedding="relative"), dict(classifier="gap")):
-        encoder = AxialEncoder(2, 2, 16, (3, 4), **options)
+        encoder = AxialEncoder(EncoderConfig(2, 2, 16, **options), (3, 4))
         out, probs = encoder(x, return_attention_scores=True)
         rows = 3 + (options.get("classifier", "token") == "token")
         assert out.shape == (2, rows * 4, 8) and len(probs) == 4
         assert probs[1].shape == (2, 4, 2, rows, rows)
     # The class token is copied above every column: one learned token, as in the ViT.
-    encoder = AxialEncoder(1, 2, 16, (3, 4))
+    encoder = AxialEncoder(EncoderConfig(1, 2, 16), (3, 4))
     encoder(x)
     assert [w.path.split("/")[-1] for w in encoder.cls.weights] == ["cls"]
     assert encoder.position_layers[0].pos_embedding.shape == (1, 13, 8)
@@ -138,4 +138,4 @@ def test_unit_shapes_and_bad_input():
         PositionSensitiveAxialAttention(2).build((None, None, None, 32))
     inputs = keras.Input((4, None, 8))
     with pytest.raises(ValueError, match="fixed image size"):
-        AxialEncoder(1, 2, 16, (4, 4), position_embedding="relative")(inputs)
+        AxialEncoder(EncoderConfig(1, 2, 16, position_embedding="relative"), (4, 4))(inputs)

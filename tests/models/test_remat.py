@@ -4,7 +4,7 @@ import pytest
 from keras.ops import convert_to_numpy as to_numpy
 
 import keras_vit
-from keras_vit.layers.encoder import EncoderBlock
+from keras_vit.layers.encoder import EncoderBlock, EncoderConfig
 
 CONFIG = dict(
     image_size=8, patch_size=4, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32,
@@ -28,7 +28,7 @@ def test_remat_gives_the_same_outputs_and_gradients(monkeypatch):
     init = None
     for remat in (False, True):
         model = keras_vit.VisionTransformer(**CONFIG, remat=remat)
-        assert all(model.get_layer(f"encoderblock_{i}").remat == remat for i in range(2))
+        assert all(model.get_layer(f"encoderblock_{i}").config.remat == remat for i in range(2))
         if init is None:
             init = model.get_weights()
         model.set_weights(init)
@@ -54,8 +54,8 @@ def test_remat_round_trips_and_refuses_dropout():
     model = keras_vit.VisionTransformer(**dict(CONFIG, num_layers=1), remat=True)
     assert model.get_config()["remat"] is True
     assert keras_vit.VisionTransformer.from_config(model.get_config()).remat is True
-    assert EncoderBlock.from_config(model.get_layer("encoderblock_0").get_config()).remat
+    assert EncoderBlock.from_config(model.get_layer("encoderblock_0").get_config()).config.remat
     with pytest.raises(ValueError, match="remat=True needs dropout_rate=0"):
         keras_vit.VisionTransformer(**CONFIG, remat=True, dropout_rate=0.1)
     with pytest.raises(ValueError, match="remat=True needs dropout_rate=0"):
-        EncoderBlock(2, 8, attention_dropout_rate=0.1, remat=True)
+        EncoderConfig(1, 2, 8, attention_dropout_rate=0.1, remat=True)

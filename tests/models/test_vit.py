@@ -8,7 +8,7 @@ import pytest
 
 import keras_vit
 from keras_vit.layers.attention import MultiHeadSelfAttention
-from keras_vit.layers.encoder import EncoderBlock
+from keras_vit.layers.encoder import EncoderBlock, EncoderConfig
 from keras_vit.layers.patching import PatchEmbedding
 
 
@@ -154,7 +154,8 @@ def test_attention_model_shares_weights_and_leaves_outputs_unchanged():
 
 
 def test_dropout_only_in_training():
-    block = EncoderBlock(num_heads=4, mlp_dim=64, dropout_rate=0.5, attention_dropout_rate=0.5)
+    block = EncoderBlock(EncoderConfig(num_layers=1, num_heads=4, mlp_dim=64, dropout_rate=0.5,
+                                       attention_dropout_rate=0.5))
     x = np.random.default_rng(3).normal(size=(2, 5, 32)).astype("float32")
     np.testing.assert_array_equal(_np(block(x)), _np(block(x)))
     assert not np.allclose(_np(block(x, training=True)), _np(block(x)))

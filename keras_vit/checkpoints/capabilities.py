@@ -1,0 +1,144 @@
+"""What each checkpoint format can hold, in one table, and the one check every reader and writer
+runs before it builds or writes a model.
+
+A format holds a model only when it has a place for every part of it: the position embedding
+and where it is added (paper Appendix D.4), the pooling (class token or GAP), the pre-logits
+layer (``representation_size``), the stem (patches, a hybrid's ResNet, a BiT ResNetV2), the
+GELU and the LayerNorm epsilon. Axial models (Appendix D.6) have no place in any of them.
+"""
+
+import dataclasses
+
+from keras_vit.layers.encoder import LAYER_NORM_EPSILON
+from keras_vit.models.axial import is_axial
+from keras_vit.models.resnet_v2 import ResNetV2
+from keras_vit.models.vit import VisionTransformer
+
+POSITION = ("learned_1d", "stem")  # the one position embedding every foreign format holds
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What a format holds (see the module docstring); ``name`` is how errors call it."""
+
+    name: str
+    stems: tuple  # "patches" (a plain ViT), "hybrid" (a ResNet stem), "bit" (a ResNetV2)
+    classifiers: tuple = ("token", "gap")
+    # where a pre-logits layer fits: "always", "never", "headless" (only in a model without a
+    # head: transformers' ViTModel pooler), "with_head" (only before a head: keras-hub)
+    pre_logits: str = "always"
+    exact_gelu_only: bool = False
+    layer_norm_epsilon: float | None = None  # the one epsilon the format has, None: any
+
+
+FORMATS = {
+    "official": Capabilities("official .npz", ("patches", "hybrid", "bit")),
+    "timm": Capabilities("timm", ("patches", "hybrid", "bit"), pre_logits="never"),
+    "transformers": Capabilities("transformers", ("patches",), classifiers=("token",),
+                                 pre_logits="headless"),
+    "keras_hub": Capabilities("keras-hub", ("patches",), pre_logits="with_head",
+                              exact_gelu_only=True, layer_norm_epsilon=LAYER_NORM_EPSILON),
+}
+
+
+def stem_of(model):
+    """``"patches"``, ``"hybrid"`` or ``"bit"``: the kind of stem ``model`` has."""
+    if isinstance(model, ResNetV2):
+        return "bit"
+    if isinstance(model, VisionTransformer):
+        return "patches" if model.resnet is None else "hybrid"
+    raise TypeError(f"{type(model).__name__} has no checkpoint layout; expected a keras_vit "
+                    "VisionTransformer (plain or hybrid) or ResNetV2.")
+
+
+def check_expressible(model, format, strict=True):
+    """Raise a ``ValueError`` naming what of ``model`` the ``format`` cannot hold, and the fix.
+
+    ``strict=False`` lets a tanh-GELU model go to a format with only the exact GELU.
+    """
+    can = FORMATS[format]
+    if is_axial(model):
+        raise ValueError(
+            f"{type(model).__name__} (an axial-attention model, paper Appendix D.6) has no "
+            f"{can.name} layout: no official, timm or transformers checkpoints of axial models "
+            "exist. Save it with model.save('model.keras') and load it with "
+            "keras.saving.load_model."
+        )
+    stem = stem_of(model)
+    if stem == "bit" and stem not in can.stems:
+        raise TypeError(f"The {can.name} format holds a keras_vit VisionTransformer; it has no "
+                        "BiT ResNetV2 with this layout (save it in the official or timm format).")
+    if stem not in can.stems:
+        raise ValueError(_STEM_ERRORS[stem].format(name=can.name))
+    if isinstance(model, VisionTransformer):
+        _check_vit(model, format, strict)
+
+
+_STEM_ERRORS = {
+    "hybrid": "The {name} ViT has no ResNet stem, so a hybrid ResNet+ViT cannot be expressed; save "
+              "it in the official or timm format, or keep it as a keras_vit model.",
+}
+
+
+def check_position(model, format):
+    """Raise the error for a ViT whose position embedding ``format`` has no place for.
+
+    Readers call this alone on the model they built, as overrides may ask for another
+    embedding than the file's; the rest of ``check_expressible`` is about writing.
+    """
+    options = (model.position_embedding, model.position_embedding_placement)
+    if options != POSITION:
+        raise ValueError(
+            f"The {FORMATS[format].name} format holds only a learned 1-D position embedding "
+            "added after the stem, but this model uses "
+            f"position_embedding={options[0]!r} with placement {options[1]!r} (paper Appendix "
+            "D.4). Save such a model with model.save('model.keras'), which keeps every "
+            "variant, or use the defaults ('learned_1d', 'stem') to exchange checkpoint files."
+        )
+
+
+def _check_vit(model, format, strict):
+    check_position(model, format)
+    can = FORMATS[format]
+    if model.classifier not in can.classifiers:
+        raise ValueError(f"The {can.name} ViT pools the class token; a classifier='gap' model "
+                         "cannot be written for it (use the official or timm format).")
+    _check_pre_logits(model, can)
+    if can.exact_gelu_only and model.approximate_gelu and strict:
+        raise ValueError(
+            f"The model uses the tanh-approximated GELU (as the official checkpoints do) and "
+            f"{can.name} only has the exact one, so the outputs would change (about 1e-4). Pass "
+            "strict=False to convert anyway."
+        )
+    epsilon = can.layer_norm_epsilon
+    if epsilon is not None and model.layer_norm_epsilon != epsilon:
+        raise ValueError(
+            f"The {can.name} ViT uses LayerNorm epsilon {epsilon}; this model uses "
+            f"{model.layer_norm_epsilon} (e.g. loaded from Hugging Face) and cannot be "
+            "expressed exactly. Save it with save_checkpoint(..., format='transformers') instead."
+        )
+
+
+def _check_pre_logits(model, can):
+    if model.representation_size is None or can.pre_logits == "always":
+        return
+    if can.pre_logits == "never":
+        raise ValueError(
+            f"The {can.name} VisionTransformer has no pre-logits (representation) layer, so this "
+            f"model (representation_size={model.representation_size}) cannot be written for "
+            f"{can.name}. Drop it first (load_checkpoint(..., drop_pre_logits=True), as "
+            "fine-tuning does), or save in the official or transformers format, which keep it."
+        )
+    if can.pre_logits == "headless" and model.num_classes is not None:
+        raise ValueError(
+            f"The {can.name} ViTForImageClassification puts its classifier straight on the class "
+            "token, with no pre-logits layer; drop it (load_checkpoint(..., "
+            "drop_pre_logits=True)) or save without a head (ViTModel, whose pooler is the "
+            "pre-logits layer)."
+        )
+    if can.pre_logits == "with_head" and model.num_classes is None:
+        raise ValueError(
+            f"A headless model with a pre_logits layer cannot be expressed: a {can.name} "
+            "ViTBackbone has no representation layer. Build the model with a head, or with "
+            "representation_size=None."
+        )

@@ -1,0 +1,57 @@
+"""One table says what each checkpoint format holds; every writer refuses the rest, by name."""
+
+import pytest
+
+import keras_vit
+from keras_vit.checkpoints.capabilities import FORMATS, check_expressible, check_position
+
+TINY = dict(image_size=8, patch_size=4, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=16,
+            num_classes=3)
+
+
+def _vit(**kwargs):
+    return keras_vit.VisionTransformer(**dict(TINY, **kwargs))
+
+
+def test_the_default_vit_fits_every_format():
+    model = _vit(approximate_gelu=False)
+    for format in FORMATS:
+        check_expressible(model, format)
+
+
+@pytest.mark.parametrize("format, kwargs, error, words", [
+    ("official", dict(position_embedding="learned_2d"), ValueError, "official .npz format holds"),
+    ("timm", dict(position_embedding_placement="every_layer"), ValueError, "placement 'every"),
+    ("timm", dict(representation_size=4), ValueError, "no pre-logits"),
+    ("transformers", dict(classifier="gap"), ValueError, "pools the class token"),
+    ("transformers", dict(representation_size=4), ValueError, "without a head"),
+    ("transformers", dict(resnet=dict(num_layers=[], width_factor=0.5), image_size=16),
+     ValueError, "no ResNet stem"),
+    ("keras_hub", dict(), ValueError, "strict=False"),
+    ("keras_hub", dict(approximate_gelu=False, layer_norm_epsilon=1e-12), ValueError,
+     "epsilon"),
+    ("keras_hub", dict(approximate_gelu=False, num_classes=None, representation_size=4),
+     ValueError, "headless model with a pre_logits"),
+])
+def test_each_format_refuses_what_it_cannot_hold(format, kwargs, error, words):
+    with pytest.raises(error, match=words):
+        check_expressible(_vit(**kwargs), format)
+
+
+def test_bit_and_axial_models():
+    bit = keras_vit.ResNetV2(block_units=(1,), width_factor=0.5, num_classes=3, image_size=16)
+    check_expressible(bit, "official")
+    check_expressible(bit, "timm")
+    for format in ("transformers", "keras_hub"):
+        with pytest.raises(TypeError, match="no BiT ResNetV2"):
+            check_expressible(bit, format)
+    axial = keras_vit.AxialVisionTransformer(**TINY)
+    for format, capabilities in FORMATS.items():
+        with pytest.raises(ValueError, match=f"no {capabilities.name} layout"):
+            check_expressible(axial, format)
+
+
+def test_readers_check_only_the_position_of_what_they_build():
+    check_position(_vit(representation_size=4), "transformers")  # a new head on a ViTModel
+    with pytest.raises(ValueError, match="position_embedding='relative'"):
+        check_position(_vit(position_embedding="relative"), "transformers")
