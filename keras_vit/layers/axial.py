@@ -301,6 +301,8 @@ def offsets_to_positions(x, length):
     Row o starts L - 1 - o entries into its own row of x: in the flat array, L - 1 + o (2L - 2),
     so a slice read with rows of 2L - 2 entries picks every row's window without a gather.
     """
+    if length == 1:  # rows of no entries
+        return x
     n = ops.shape(x)[0]
     flat = ops.reshape(x, (n, length * (2 * length - 1)))
     flat = flat[:, length - 1 : length - 1 + length * (2 * length - 2)]
