@@ -227,27 +227,61 @@ class PositionSensitiveAxialAttention(keras.layers.Layer):
         return table[: head // 2], table[head // 2 : head], table[head:]
 
     def call(self, inputs):
-        x = inputs if self.axis == 2 else ops.transpose(inputs, (0, 2, 1, 3))
-        shape = ops.shape(x)  # (batch, other, L, C): attention along the third axis
-        channels, head = x.shape[-1], x.shape[-1] // self.num_heads
-        qkv = self.gn_qkv(ops.matmul(x, ops.cast(self.qkv_kernel, x.dtype)))
-        # Heads before positions: every product below is a plain batched matmul (3x faster
-        # on the CPU than the same einsum on the (batch, other, L, heads) layout).
-        qkv = ops.reshape(qkv, (-1, self.length, self.num_heads, 2 * head))
-        qkv = ops.transpose(qkv, (0, 2, 1, 3))
+        channels, head = inputs.shape[-1], inputs.shape[-1] // self.num_heads
+        qkv = ops.matmul(inputs, ops.cast(self.qkv_kernel, inputs.dtype))
+        qkv = self._heads_first(fast_group_norm(self.gn_qkv, qkv))
         q, k, v = qkv[..., : head // 2], qkv[..., head // 2 : head], qkv[..., head:]
-        rq, rk, rv = (ops.cast(r, x.dtype) for r in self.relative_embeddings())
-        logits = ops.matmul(q, ops.swapaxes(k, -1, -2))
-        # Queries and keys are a few channels wide: the relative terms as one fused sum of
-        # broadcast products beat a matmul batched over positions (benchmarks/axial.py).
-        for d in range(head // 2):
-            logits = logits + q[..., d, None] * rq[d] + k[..., None, :, d] * rk[d]
-        probs = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), x.dtype)
-        y = ops.matmul(probs, v) + ops.einsum("bhop,dop->bhod", probs, rv)
-        y = ops.reshape(ops.transpose(y, (0, 2, 1, 3)), (shape[0], shape[1], self.length,
-                                                          channels))
-        y = self.gn_out(y)
-        return y if self.axis == 2 else ops.transpose(y, (0, 2, 1, 3))
+        y = self._attend(q, k, v, ops.cast(self.relative_embedding, inputs.dtype))
+        return fast_group_norm(self.gn_out, self._heads_last(y, ops.shape(inputs), channels))
+
+    def _heads_first(self, qkv):
+        """(batch, H, W, 2C) -> (batch * other * heads, L, 2C / heads) in one transpose: every
+        product of the attention is then a plain batched matmul."""
+        batch, height, width = ops.shape(qkv)[:3]
+        qkv = ops.reshape(qkv, (batch, height, width, self.num_heads, -1))
+        qkv = ops.transpose(qkv, (0, 1, 3, 2, 4) if self.axis == 2 else (0, 2, 3, 1, 4))
+        return ops.reshape(qkv, (-1, self.length, qkv.shape[-1]))
+
+    def _heads_last(self, y, shape, channels):
+        batch, height, width = shape[:3]
+        other = height if self.axis == 2 else width
+        y = ops.reshape(y, (batch, other, self.num_heads, self.length, -1))
+        y = ops.transpose(y, (0, 1, 3, 2, 4) if self.axis == 2 else (0, 3, 1, 2, 4))
+        return ops.reshape(y, (batch, height, width, channels))
+
+    def _attend(self, q, k, v, table):
+        """Eq. 4 on (lines, L, width) queries, keys and values; ``table`` the raw (2C / heads,
+        2L - 1) embeddings."""
+        logits = ops.matmul(q, ops.swapaxes(k, -1, -2)) + self._relative_logits(q, k, table)
+        probs = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), q.dtype)
+        y = ops.matmul(probs, v)
+        if keras.config.backend() == "jax":
+            rv = ops.cast(self.relative_embeddings()[2], q.dtype)
+            return y + ops.einsum("nop,dop->nod", probs, rv)
+        rv = table[2 * q.shape[-1] :]
+        return y + ops.matmul(positions_to_offsets(probs, self.length), ops.transpose(rv))
+
+    def _relative_logits(self, q, k, table):
+        """q_o.r^q_{p-o} + k_p.r^k_{p-o}, (lines, L, L), in the form each backend runs fastest
+        on the CPU (benchmarks/axial.py has the timings)."""
+        half, length = q.shape[-1], self.length
+        if keras.config.backend() != "jax":
+            # Eager torch and TensorFlow (no XLA on the CPU) materialise every op: matmuls
+            # against the raw table, shifted into place; seen from the key, its term is the
+            # query term of the reversed table.
+            rq, rk = table[:half], ops.flip(table[half : 2 * half], axis=1)
+            key_term = offsets_to_positions(ops.matmul(k, rk), length)
+            return (offsets_to_positions(ops.matmul(q, rq), length)
+                    + ops.swapaxes(key_term, -1, -2))
+        rq, rk, _ = (ops.cast(r, q.dtype) for r in self.relative_embeddings())
+        if half <= 4:
+            # XLA fuses these few broadcast products into one loop over the logits.
+            terms = [q[..., d, None] * rq[d] + k[..., None, :, d] * rk[d] for d in range(half)]
+            return sum(terms[1:], terms[0])
+        # Wider, that sum ran 3-4x slower than matmuls batched over the position.
+        by_query = ops.matmul(ops.transpose(q, (1, 0, 2)), ops.transpose(rq, (1, 0, 2)))
+        by_key = ops.matmul(ops.transpose(k, (1, 0, 2)), ops.transpose(rk, (2, 0, 1)))
+        return ops.transpose(by_query, (1, 0, 2)) + ops.transpose(by_key, (1, 2, 0))
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
@@ -256,6 +290,54 @@ class PositionSensitiveAxialAttention(keras.layers.Layer):
         config = super().get_config()
         config.update(num_heads=self.num_heads, axis=self.axis)
         return config
+
+
+def offsets_to_positions(x, length):
+    """(n, L, 2L - 1) -> (n, L, L): ``out[:, o, p] = x[:, o, p - o + L - 1]``.
+
+    Row o starts L - 1 - o entries into its own row of x: in the flat array, L - 1 + o (2L - 2),
+    so a slice read with rows of 2L - 2 entries picks every row's window without a gather.
+    """
+    if length == 1:  # rows of no entries
+        return x
+    n = ops.shape(x)[0]
+    flat = ops.reshape(x, (n, length * (2 * length - 1)))
+    flat = flat[:, length - 1 : length - 1 + length * (2 * length - 2)]
+    return ops.reshape(flat, (n, length, 2 * length - 2))[..., :length]
+
+
+def positions_to_offsets(x, length):
+    """(n, L, L) -> (n, L, 2L - 1), the inverse shift: ``out[:, o, p - o + L - 1] = x[:, o, p]``
+    and zero where no key has that offset (rows of 2L - 1 read back with rows of 2L)."""
+    n = ops.shape(x)[0]
+    flat = ops.reshape(ops.pad(x, ((0, 0), (0, 0), (0, length - 1))),
+                       (n, length * (2 * length - 1)))
+    flat = ops.pad(flat, ((0, 0), (length - 1, 1)))
+    return ops.reshape(flat, (n, length, 2 * length))[..., : 2 * length - 1]
+
+
+def fast_group_norm(norm, x):
+    """``norm`` (a ``GroupNormalization`` over the last axis) applied to an NHWC map.
+
+    The same statistics (group mean, then the mean squared deviation), reduced over the
+    positions per channel first: reducing each group's (positions, channels-in-group) block at
+    once, as the Keras layer does, runs several times slower on the CPU for groups of 2-4
+    channels.
+    """
+    channels = x.shape[-1]
+    size = channels // norm.groups
+    x32 = ops.cast(x, "float32")
+
+    def group_mean(t):
+        t = ops.reshape(ops.mean(t, axis=(1, 2)), (-1, norm.groups, size))
+        t = ops.repeat(ops.mean(t, axis=-1, keepdims=True), size, axis=-1)
+        return ops.reshape(t, (-1, 1, 1, channels))
+
+    mean = group_mean(x32)
+    scale = ops.rsqrt(group_mean(ops.square(x32 - mean)) + norm.epsilon)
+    scale = scale * ops.cast(norm.gamma, "float32")
+    out = x32 * scale + (ops.cast(norm.beta, "float32") - mean * scale)
+    return ops.cast(out, norm.compute_dtype)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

@@ -20,8 +20,10 @@
   exponentials, probabilities) at inference. An axial attention along rows of length W
   holds H x N x W numbers per matrix, along columns H x N x (rows), not H N^2. An AxialResNet
   attention also keeps, while training, 2 C / heads such matrices for its relative logits
-  (jax keeps both operands of each broadcast product q_o r_{p-o}, k_p r_{p-o} at full size;
-  torch and TensorFlow keep the small operands, so there the count is an upper bound).
+  where its heads are at most 8 channels wide (jax keeps both operands of each broadcast
+  product q_o r_{p-o}, k_p r_{p-o} at full size; torch and TensorFlow keep the small operands,
+  so there the count is an upper bound), 2 for wider heads (matmuls batched over the position
+  under jax; the probabilities shifted to the 2L - 1 offsets on torch and TensorFlow).
 
 Not counted: dropout masks (ViT-L, ViT-H and R50+ViT-B/16 train with dropout 0.1), XLA's
 layout copies and scratch buffers, and the framework's own overhead. Flash attention keeps no
@@ -155,8 +157,11 @@ def _resnet_tally(tally, side, channels, stages, width_factor, style, heads=None
     un-activated norms (gn3, gn_proj) keep 2, and its output (after the ReLU) 1. An axial
     attention keeps its projection to 2C and its GroupNorm, q, k, v laid out by heads (2C),
     its output and that one's GroupNorm (C each): 8C per position; of its matrices, besides
-    the softmax's two, the relative logits' 2 C / heads (jax keeps both operands of each
-    broadcast product q_o r^q_{p-o} and k_p r^k_{p-o} at full size for the backward pass).
+    the softmax's two, the relative logits' 2 C / heads where heads are at most 8 channels
+    wide (jax keeps both operands of each broadcast product q_o r^q_{p-o} and k_p r^k_{p-o} at
+    full size for the backward pass), else 2 (wider heads take matmuls batched over the
+    position under jax, and torch and TensorFlow keep the probabilities shifted to the 2L - 1
+    offsets).
     """
     width = root_width(width_factor)
     half = (_ceil_half(side[0]), _ceil_half(side[1]))
@@ -181,7 +186,8 @@ def _resnet_tally(tally, side, channels, stages, width_factor, style, heads=None
                 kept += 2 * 8 * features * area_in + (1 + (stride != 1)) * features * area_out
                 forward += 3 * features * area_in
                 matrices = tuple(heads * area_in * length for length in side_in)
-                copies = 2 + 2 * (features // heads)
+                head = features // heads
+                copies = 2 + (2 * head if head <= 8 else 2)
             else:
                 kept += 3 * features * area_out
         tally.add(kept, forward, matrices, copies)

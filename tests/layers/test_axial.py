@@ -119,6 +119,18 @@ def test_position_sensitive_attention_follows_the_equation(axis):
     assert layer.relative_embedding.shape == (2 * 32 // 2, 2 * length - 1)
 
 
+@pytest.mark.parametrize("axis", [1, 2])
+def test_position_sensitive_attention_with_narrow_heads(axis):
+    """Queries and keys of 4 channels take another form of the relative logits under jax."""
+    x = _x(2, 6, 5, 32)
+    layer = PositionSensitiveAxialAttention(4, axis=axis)
+    layer.build(x.shape)
+    rng = np.random.default_rng(2)
+    layer.set_weights([rng.normal(0, 0.3, w.shape).astype("float32") for w in layer.weights])
+    np.testing.assert_allclose(_np(layer(x)), _reference_position_sensitive(layer, x),
+                               atol=2e-5)
+
+
 def test_position_sensitive_attention_of_one_position():
     layer = PositionSensitiveAxialAttention(2, axis=1)
     assert layer(_x(1, 1, 3, 32)).shape == (1, 1, 3, 32)
