@@ -20,8 +20,10 @@ fine-tuning of that file on the data set (at that resolution) with the best ``ad
 (ties: the row listed first). Any other file is reached by its full name,
 ``"augreg/" + row.filename`` or ``"augreg/" + row.adapt_filename``.
 
-Example (``index=`` reads a local copy; by default the index is downloaded):
->>> index = "tests/fixtures/augreg/index.csv"
+Example (``index=`` reads a local copy; by default the index is downloaded; the package carries
+an excerpt of the real index, the rows of a few models, for this example):
+>>> import importlib.resources
+>>> index = importlib.resources.files("keras_vit.checkpoints") / "augreg_index_excerpt.csv"
 >>> recommended("ViT-B/16", index=index).filename
 'B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0'
 >>> best = query("B/16", adapt_ds="imagenet2012", recommended_only=True, index=index)[0]

@@ -58,8 +58,12 @@ def load_checkpoint(path, *, format=None, image_size=None, num_classes=None,
         **overrides: other constructor arguments, e.g. ``dropout_rate=0.1``; for timm also
             ``num_heads`` when the width is not one of timm's named ViTs.
 
-    Example (the paper's ViT, Sec. 3.1, from an official file):
-    >>> model = load_checkpoint("tests/fixtures/official/vit_tiny_token_norep.npz")
+    Example (the paper's ViT, Sec. 3.1, through an official file):
+    >>> import os, tempfile
+    >>> from keras_vit import create_model
+    >>> path = os.path.join(tempfile.mkdtemp(), "vit.npz")
+    >>> save_checkpoint(create_model("ViT-Ti/4", image_size=8, num_layers=2, num_classes=3), path)
+    >>> model = load_checkpoint(path)
     >>> model.patch_size, model.num_layers
     (4, 2)
     """
@@ -80,7 +84,8 @@ def save_checkpoint(model, path, format="official"):
 
     Example (the paper's ViT, Sec. 3.1, round trip through timm's layout):
     >>> import os, tempfile
-    >>> model = load_checkpoint("tests/fixtures/official/vit_tiny_token_norep.npz")
+    >>> from keras_vit import create_model
+    >>> model = create_model("ViT-Ti/4", image_size=8, num_layers=2, num_classes=3)
     >>> path = os.path.join(tempfile.mkdtemp(), "vit.safetensors")
     >>> save_checkpoint(model, path, format="timm")
     >>> load_checkpoint(path, num_heads=model.num_heads).count_params() == model.count_params()

@@ -256,8 +256,13 @@ def load_checkpoint(path, *, image_size=None, num_classes=None, drop_pre_logits=
             needed only for a non-square one (a file saved from a non-square model).
         **overrides: other constructor arguments, e.g. ``dropout_rate=0.1``.
 
-    Example:
-    >>> model = load_checkpoint("tests/fixtures/official/vit_tiny_token_norep.npz")
+    Example (a tiny ViT written in the official layout, then read back; the file says the
+    architecture):
+    >>> import os, tempfile
+    >>> from keras_vit import create_model
+    >>> path = os.path.join(tempfile.mkdtemp(), "vit.npz")
+    >>> save_checkpoint(create_model("ViT-Ti/4", image_size=8, num_layers=2, num_classes=3), path)
+    >>> model = load_checkpoint(path)
     >>> model.patch_size, model.num_layers
     (4, 2)
     """
@@ -287,8 +292,9 @@ def save_checkpoint(model, path):
 
     Example:
     >>> import os, tempfile
-    >>> model = load_checkpoint("tests/fixtures/official/vit_tiny_token_norep.npz")
-    >>> save_checkpoint(model, os.path.join(tempfile.mkdtemp(), "copy.npz"))
+    >>> from keras_vit import create_model
+    >>> model = create_model("ViT-Ti/4", image_size=8, num_layers=2, num_classes=3)
+    >>> save_checkpoint(model, os.path.join(tempfile.mkdtemp(), "vit.npz"))
     """
     arrays = export(table_for(model))
     write_atomically(path, lambda tmp: _savez(tmp, arrays))

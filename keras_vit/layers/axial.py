@@ -17,7 +17,12 @@ import keras
 from keras import ops
 
 from keras_vit.layers.attention import check_axis
-from keras_vit.layers.encoder import Encoder, EncoderBlock, EncoderConfig, legacy_config
+from keras_vit.layers.encoder import (
+    Encoder,
+    EncoderBlock,
+    encoder_settings,
+    legacy_config,
+)
 from keras_vit.layers.resnet import group_norm, standardized_conv
 
 
@@ -38,9 +43,10 @@ class AxialEncoderBlock(keras.layers.Layer):
     (2, 3, 4, 8)
     """
 
-    def __init__(self, config, **kwargs):
+    def __init__(self, config=None, **kwargs):
+        settings = encoder_settings("AxialEncoderBlock", config, kwargs)
         super().__init__(**kwargs)
-        self.config = EncoderConfig.from_dict(config)
+        self.config = settings
         self.num_heads = self.config.num_heads
         self.row = EncoderBlock(self.config, attention_axis=2, dtype=self.dtype_policy,
                                 name="row")

@@ -17,6 +17,7 @@ Sub-layer names follow the official (pre-Linen) module paths, so the checkpoint 
 import contextlib
 import dataclasses
 import math
+import warnings
 
 import keras
 import numpy as np
@@ -192,6 +193,26 @@ def legacy_config(config):
     return EncoderConfig(**settings), config
 
 
+def encoder_settings(owner, config, flat):
+    """The ``EncoderConfig`` a layer was given, from the object (or its dict), or from the flat
+    keyword arguments of the layers before it existed (deprecated); ``flat`` loses those keys."""
+    old = {k: flat.pop(k) for k in [*EncoderConfig.field_names(), "relative_position"]
+           if k in flat}
+    if not old:
+        if config is None or isinstance(config, (int, float)):
+            raise TypeError(f"{owner} takes an EncoderConfig (keras_vit.layers.encoder."
+                            f"EncoderConfig(num_layers=..., num_heads=..., mlp_dim=...)) as its "
+                            f"first argument, got {config!r}.")
+        return EncoderConfig.from_dict(config)
+    if config is not None:
+        raise TypeError(f"{owner} takes an EncoderConfig or the flat settings "
+                        f"({', '.join(old)}), not both.")
+    warnings.warn(f"{owner}({', '.join(f'{k}=...' for k in old)}) is deprecated: pass one "
+                  f"EncoderConfig instead (keras_vit.layers.encoder.EncoderConfig).",
+                  DeprecationWarning, stacklevel=3)
+    return legacy_config(old)[0]
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MlpBlock(keras.layers.Layer):
     """Dense(mlp_dim) -> GELU -> dropout -> Dense(D) -> dropout (paper Eq. 3, Appendix B).
@@ -262,9 +283,10 @@ class EncoderBlock(keras.layers.Layer):
     (2, 5, 32)
     """
 
-    def __init__(self, config, attention_axis=None, **kwargs):
+    def __init__(self, config=None, attention_axis=None, **kwargs):
+        settings = encoder_settings("EncoderBlock", config, kwargs)
         super().__init__(**kwargs)
-        self.config = EncoderConfig.from_dict(config)
+        self.config = settings
         self.attention_axis = None if attention_axis is None else int(attention_axis)
         config = self.config
         dtype = self.dtype_policy
@@ -393,9 +415,13 @@ class Encoder(keras.layers.Layer):
 
     block_class = EncoderBlock  # the block type; AxialEncoder uses axial pairs
 
-    def __init__(self, config, position_embedding_grid, **kwargs):
+    def __init__(self, config=None, position_embedding_grid=None, **kwargs):
+        config = encoder_settings(type(self).__name__, config, kwargs)
+        if position_embedding_grid is None:
+            raise TypeError(f"{type(self).__name__} needs position_embedding_grid, the (rows, "
+                            f"cols) patch grid its position embeddings are made for.")
         super().__init__(**kwargs)
-        self.config = config = EncoderConfig.from_dict(config)
+        self.config = config
         self.position_embedding_grid = tuple(int(v) for v in position_embedding_grid)
         dtype = self.dtype_policy
         self.cls = ClassToken(dtype=dtype, name="cls") if config.classifier == "token" else None

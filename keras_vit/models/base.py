@@ -1,6 +1,6 @@
 """What every keras_vit model shares: argument checks and a config that is its arguments.
 
-A model's constructor arguments are its configuration (architecture.md): ``ConfiguredModel``
+A model's constructor arguments are its configuration (docs/architecture.md): ``ConfiguredModel``
 keeps the normalised arguments a subclass hands it and returns exactly them from ``get_config``,
 so ``from_config(get_config())`` rebuilds the same architecture and ``.keras`` files round-trip.
 """

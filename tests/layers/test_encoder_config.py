@@ -60,3 +60,30 @@ def test_flat_layer_configs_of_older_files_still_load():
                relative_position=True, remat=False, layer_norm_epsilon=1e-6, attention_axis=None)
     block = EncoderBlock.from_config(old)
     assert block.config.num_heads == 2 and block.config.position_embedding == "relative"
+
+
+def test_flat_settings_still_build_the_layers_with_a_deprecation_warning():
+    import warnings
+
+    import numpy as np
+
+    from keras_vit.layers.axial import AxialEncoderBlock
+
+    x = np.ones((2, 5, 32), "float32")
+    config = EncoderConfig(num_layers=1, num_heads=4, mlp_dim=64)
+    with pytest.warns(DeprecationWarning, match="EncoderBlock\\(num_heads=..., mlp_dim=...\\)"):
+        old = EncoderBlock(num_heads=4, mlp_dim=64)
+    assert old.config == config
+    assert tuple(old(x).shape) == (2, 5, 32)
+    with pytest.warns(DeprecationWarning, match="pass one EncoderConfig"):
+        encoder = Encoder(num_layers=1, num_heads=4, mlp_dim=64, position_embedding_grid=(2, 2))
+    assert encoder.config.num_layers == 1
+    with pytest.warns(DeprecationWarning):
+        AxialEncoderBlock(num_heads=2, mlp_dim=16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        EncoderBlock(config)  # the object: no warning
+    with pytest.raises(TypeError, match="not both"):
+        EncoderBlock(config, num_heads=4)
+    with pytest.raises(TypeError, match="takes an EncoderConfig"):
+        EncoderBlock(4, 64)
