@@ -4,7 +4,7 @@ Keras fixes its backend when it is first imported: ``KERAS_BACKEND``, else the `
 ``keras.json`` (in ``$KERAS_HOME``, else ``~/.keras``), else TensorFlow, which Keras then writes
 into a new ``keras.json`` itself. A user who set neither, or whose ``keras.json`` names only that
 default, has chosen nothing, and the command then runs on the installed backend measured fastest
-for training (``benchmarks/train_step.py``, docs/training.md) and says so. Any other choice is
+for training (``benchmarks/train_step.py``, docs/results.md) and says so. Any other choice is
 kept: ``KERAS_BACKEND=tensorflow keras-vit train`` runs on TensorFlow.
 
 Only the command's entry point (``keras_vit.app.main``) calls ``prepare_command_line``; importing
@@ -26,7 +26,7 @@ import threading
 CHOSEN = None  # the backend prepare_command_line chose for the user, until announced
 KERAS_DEFAULT = "tensorflow"
 # Fastest first, for the whole `keras-vit train` job: benchmarks/train_job.py on a CPU,
-# benchmarks/train_step.py on a GPU (the numbers: docs/training.md, "Training speed"). The CPU
+# benchmarks/train_step.py on a GPU (the numbers: docs/results.md). The CPU
 # order is for a machine that other programs share: torch, the fastest on idle cores, stalls
 # when they are busy (its threads, and tf.data's, wait on each other).
 FASTEST = {"cpu": ("tensorflow", "jax", "torch"), "gpu": ("jax", "torch", "tensorflow")}

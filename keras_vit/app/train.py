@@ -171,7 +171,7 @@ def train(config):
     if plan.get("fixed"):
         callbacks.append(planning.OverrunWarning(config.time_budget, run.started, epochs))
     # One endless iterator with a fixed epoch length: a new tf.data iterator every epoch slows
-    # long jax runs down (docs/training.md).
+    # long jax runs down (docs/results.md).
     model.fit(scratch.batches, epochs=epochs, steps_per_epoch=scratch.steps_per_epoch,
               shuffle=False, validation_data=test_ds if config.validate else None,
               validation_freq=_validation_epochs(epochs, config.validate_every),

@@ -159,7 +159,7 @@ def test_pretrain_mpp_runs_whole_epochs(tmp_path, capsys):
 
 
 def test_train_defaults_are_the_measured_recipe():
-    # docs/training.md measures exactly this run: change both together
+    # docs/results.md measures exactly this run: change both together
     args = cli.build_parser().parse_args(["train"])
     assert (args.dataset, args.batch_size, args.epochs) == ("fashion_mnist", 256, None)
     assert args.time_budget == 600.0  # the epochs are planned to end within the 10 minutes
