@@ -35,7 +35,7 @@ QUIET = {"TF_CPP_MIN_LOG_LEVEL": "2", "GRPC_VERBOSITY": "ERROR", "GLOG_minloglev
 NOISE = re.compile(
     r"^(WARNING: All log messages before absl::InitializeLog\(\) is called"
     r"|[IWE]\d{4} [\d:. ]+\d+ (port|cudart_stub|cpu_feature_guard|cuda_fft|cuda_dnn|cuda_blas"
-    r"|cuda_executor|computation_placer|gpu_device)\.cc:\d+\]"
+    r"|cuda_executor|cuda_platform|computation_placer|gpu_device)\.cc:\d+\]"
     r"|To enable the following instructions: .* rebuild TensorFlow)"
 )
 NOISE_START = re.compile(r"^(W(A(R(N(I(N(G(:.*)?)?)?)?)?)?)?$|[IWE]\d|To enable)")
