@@ -17,12 +17,7 @@ import keras
 from keras import ops
 
 from keras_vit.layers.attention import check_axis
-from keras_vit.layers.encoder import (
-    Encoder,
-    EncoderBlock,
-    encoder_settings,
-    legacy_config,
-)
+from keras_vit.layers.encoder import Encoder, EncoderBlock, encoder_settings, legacy_config
 from keras_vit.layers.resnet import group_norm, standardized_conv
 
 
@@ -38,6 +33,7 @@ class AxialEncoderBlock(keras.layers.Layer):
 
     Example:
     >>> import numpy as np
+    >>> from keras_vit.layers.encoder import EncoderConfig
     >>> block = AxialEncoderBlock(EncoderConfig(num_layers=1, num_heads=2, mlp_dim=16))
     >>> tuple(block(np.ones((2, 3, 4, 8), "float32")).shape)
     (2, 3, 4, 8)
@@ -107,6 +103,7 @@ class AxialEncoder(Encoder):
 
     Example:
     >>> import numpy as np
+    >>> from keras_vit.layers.encoder import EncoderConfig
     >>> config = EncoderConfig(num_layers=1, num_heads=2, mlp_dim=16)
     >>> encoder = AxialEncoder(config, position_embedding_grid=(3, 4))
     >>> tuple(encoder(np.ones((2, 3, 4, 8), "float32")).shape)  # class row: (3 + 1) * 4
