@@ -107,28 +107,20 @@ def _reference_position_sensitive(layer, x):
 
 
 @pytest.mark.parametrize("axis", [1, 2])
-def test_position_sensitive_attention_follows_the_equation(axis):
-    x = _x(2, 5, 3, 32)
-    layer = PositionSensitiveAxialAttention(2, axis=axis)
+@pytest.mark.parametrize("heads, size, seed", [(2, (5, 3), 1), (4, (6, 5), 2)],
+                         ids=["wide", "narrow"])
+def test_position_sensitive_attention_follows_the_equation(axis, heads, size, seed):
+    """4 heads of 32 channels give queries and keys of 4 channels: another form of the relative
+    logits under jax."""
+    x = _x(2, *size, 32)
+    layer = PositionSensitiveAxialAttention(heads, axis=axis)
     layer.build(x.shape)
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(seed)
     layer.set_weights([rng.normal(0, 0.3, w.shape).astype("float32") for w in layer.weights])
     np.testing.assert_allclose(_np(layer(x)), _reference_position_sensitive(layer, x),
                                atol=2e-5)
     length = x.shape[axis]
-    assert layer.relative_embedding.shape == (2 * 32 // 2, 2 * length - 1)
-
-
-@pytest.mark.parametrize("axis", [1, 2])
-def test_position_sensitive_attention_with_narrow_heads(axis):
-    """Queries and keys of 4 channels take another form of the relative logits under jax."""
-    x = _x(2, 6, 5, 32)
-    layer = PositionSensitiveAxialAttention(4, axis=axis)
-    layer.build(x.shape)
-    rng = np.random.default_rng(2)
-    layer.set_weights([rng.normal(0, 0.3, w.shape).astype("float32") for w in layer.weights])
-    np.testing.assert_allclose(_np(layer(x)), _reference_position_sensitive(layer, x),
-                               atol=2e-5)
+    assert layer.relative_embedding.shape == (2 * 32 // heads, 2 * length - 1)
 
 
 def test_position_sensitive_attention_of_one_position():
