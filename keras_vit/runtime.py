@@ -3,11 +3,12 @@
 Colab is recognised by its ``google.colab`` module (or ``COLAB_RELEASE_TAG``), Kaggle by the
 variables it sets in its notebooks and scripts (``KAGGLE_KERNEL_RUN_TYPE``, ``KAGGLE_URL_BASE``;
 Kaggle has no ``google.colab``). Both have network access, so the notebooks download there
-(``online``). ``distribute`` is the notebooks' accelerator cell: one device (a CPU, one GPU,
-Colab's one-chip TPU v5e-1) needs nothing; several (Kaggle's TPU v5e-8 or two T4s) share
-every batch.
+(``online``). ``setup`` is what each notebook's one set-up cell calls after the install:
+seed, small mode and ``distribute``, where one device (a CPU, one GPU, Colab's one-chip TPU
+v5e-1) needs nothing and several (Kaggle's TPU v5e-8 or two T4s) share every batch.
 """
 
+import collections
 import contextlib
 import os
 import sys
@@ -61,3 +62,32 @@ def distribute():
     print(f"{hosted() or 'local'}, {keras.backend.backend()}: {replicas} device(s) ({kind}), "
           f"precision {distribution.precision(platform, kind, capability)}")
     return replicas, scope
+
+
+Setup = collections.namedtuple("Setup", ["small", "replicas", "scope"])
+
+
+def small():
+    """Small mode (``KERAS_VIT_SMALL=1``): less data and fewer steps, for CI and slow machines."""
+    return os.environ.get("KERAS_VIT_SMALL") == "1"
+
+
+def setup(seed=0):
+    """A notebook's set-up after the install: seeds Python, NumPy and the backend with ``seed``,
+    reads small mode and shares batches over the devices (``distribute``).
+
+    Returns ``Setup(small, replicas, scope)`` and prints the Keras version and backend, then
+    ``distribute``'s line.
+
+    Example:
+    >>> small_mode, replicas, scope = setup(seed=0)  # doctest: +ELLIPSIS
+    keras 3..., backend ..., small mode ...
+    local, ... 1 device(s) (cpu), precision float32
+    >>> replicas
+    1
+    """
+    keras.utils.set_random_seed(seed)
+    print(f"keras {keras.__version__}, backend {keras.backend.backend()}, small mode "
+          f"{'on' if small() else 'off'}")
+    replicas, scope = distribute()
+    return Setup(small(), replicas, scope)

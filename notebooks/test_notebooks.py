@@ -32,9 +32,10 @@ def test_notebook_runs_outside_a_checkout(path):
     code = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
     text = "\n".join(code)
     assert "../" not in text and '"..",' not in text and "'..'," not in text
-    install = next(c for c in code if c.startswith("# Install keras_vit"))
-    assert "KERAS_VIT_INSTALL" in install and '"keras-vit-paper[notebooks]"' in install
-    assert "keras_vit.runtime.distribute()" in text  # every notebook uses all devices
+    setup = [c for c in code if c.startswith("# Set-up")]
+    assert len(setup) == 1 and setup[0] == code[0], "one set-up cell, the first code cell"
+    assert "KERAS_VIT_INSTALL" in setup[0] and '"keras-vit-paper[notebooks]"' in setup[0]
+    assert "keras_vit.runtime.setup(" in setup[0]  # seeds, small mode, every device
 
 
 def test_titles_and_cross_references_use_the_file_numbers():
@@ -95,6 +96,47 @@ PROOFS = {
         "np.all(vit_b16[2:] < r50[2:])",  # where the count departs from the paper
     ],
 }
+
+
+# A number the text quotes as measured is written in bold, `**0.834**` (units outside the stars).
+MEASURED = re.compile(r"\*\*([-−]?\d[\d,]*(?:\.\d+)?)\*\*")
+
+
+def unshown_measured_numbers(notebook):
+    """The bold numbers of the markdown cells that no output of the notebook prints (thousands
+    separators ignored, and a number must stand alone: 0.83 is not found in 0.834)."""
+    printed = []
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            printed.append(output.get("text", ""))
+            printed.append(output.get("data", {}).get("text/plain", ""))
+            printed.append(output.get("data", {}).get("text/html", ""))
+    printed = "\n".join(printed).replace(",", "").replace("−", "-")
+    missing = []
+    for cell in notebook.cells:
+        if cell.cell_type != "markdown":
+            continue
+        for number in MEASURED.findall(cell.source):
+            plain = number.replace(",", "").replace("−", "-")
+            if not re.search(r"(?<![\d.])" + re.escape(plain) + r"(?![\d]|\.\d)", printed):
+                missing.append(number)
+    return missing
+
+
+def test_the_measured_number_check_finds_a_number_the_outputs_lack():
+    cell = nbformat.v4.new_code_cell("print(0.834)")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="accuracy 0.834, 1,797 images\n")]
+    for text, missing in (("It reaches **0.834** on **1,797** images.", []),
+                          ("It reaches **0.83**.", ["0.83"]), ("It reaches **0.8341**.", ["0.8341"])):
+        notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(text), cell])
+        assert unshown_measured_numbers(notebook) == missing, text
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
+def test_measured_numbers_in_the_text_are_in_the_outputs(path):
+    """Text and committed outputs cannot drift apart: every bold number is printed by a cell."""
+    missing = unshown_measured_numbers(nbformat.read(path, as_version=4))
+    assert not missing, f"{os.path.basename(path)}: the text quotes {missing}; no output shows them"
 
 
 def _code_cells(path):

@@ -31,3 +31,16 @@ def test_distribute_on_one_cpu(bare, capsys):
     with scope:
         pass
     assert capsys.readouterr().out.startswith("local, ")
+
+
+def test_setup_reads_small_mode_and_seeds(bare, capsys):
+    import numpy as np
+
+    bare.setenv("KERAS_VIT_SMALL", "1")
+    first = runtime.setup(seed=3)
+    draw = np.random.rand()
+    assert first.small and first.replicas == 1
+    assert "small mode on" in capsys.readouterr().out
+    bare.delenv("KERAS_VIT_SMALL")
+    assert not runtime.setup(seed=3).small
+    assert np.random.rand() == draw  # the same seed, the same draws
