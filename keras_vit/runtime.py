@@ -10,6 +10,7 @@ v5e-1) needs nothing and several (Kaggle's TPU v5e-8 or two T4s) share every bat
 
 import collections
 import contextlib
+import importlib.util
 import os
 import sys
 
@@ -86,8 +87,31 @@ def setup(seed=0):
     >>> replicas
     1
     """
+    _import_tensorflow_quietly()  # set_random_seed imports it, to seed tf.data too
     keras.utils.set_random_seed(seed)
     print(f"keras {keras.__version__}, backend {keras.backend.backend()}, small mode "
           f"{'on' if small() else 'off'}")
     replicas, scope = distribute()
     return Setup(small(), replicas, scope)
+
+
+def _import_tensorflow_quietly():
+    """Import TensorFlow, where installed, with file descriptor 2 closed for the duration.
+
+    Its C++ start-up lines (absl's "All log messages before absl::InitializeLog()", CUDA probing
+    on a machine without a GPU) bypass Python and ``TF_CPP_MIN_LOG_LEVEL``; a notebook kernel
+    shows them in red under the set-up cell. A failed import still raises in Python, as in Keras.
+    """
+    if "tensorflow" in sys.modules or importlib.util.find_spec("tensorflow") is None:
+        return
+    sys.stderr.flush()
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        import tensorflow  # noqa: F401
+    except ImportError:
+        pass  # Keras, too, seeds without it then
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)

@@ -1,3 +1,4 @@
+import os
 import sys
 import types
 
@@ -44,3 +45,22 @@ def test_setup_reads_small_mode_and_seeds(bare, capsys):
     bare.delenv("KERAS_VIT_SMALL")
     assert not runtime.setup(seed=3).small
     assert np.random.rand() == draw  # the same seed, the same draws
+
+
+def test_setup_keeps_tensorflow_start_up_lines_out_of_the_notebook(tmp_path):
+    """What a kernel captures from fd 2 during the set-up cell: nothing (TensorFlow's C++ lines
+    bypass Python's sys.stderr)."""
+    import importlib.util
+    import subprocess
+
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("TensorFlow is not installed: it cannot print start-up lines")
+    code = ("from keras_vit import runtime; runtime.setup(seed=0); import sys; "
+            "assert 'tensorflow' in sys.modules")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(runtime.__file__)))
+    env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "0",
+           "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                            cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "absl" not in result.stderr and "I0000" not in result.stderr, result.stderr
