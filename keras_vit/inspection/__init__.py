@@ -32,7 +32,9 @@ from keras_vit.inspection.embeddings import (
 )
 from keras_vit.inspection.plots import (
     plot_attention_maps,
+    plot_attention_matrix,
     plot_attention_rollout,
+    plot_distance_from_uniform,
     plot_embedding_filters,
     plot_largest_batch,
     plot_mean_attention_distance,
@@ -51,7 +53,9 @@ __all__ = [
     "mean_attention_distance",
     "patch_centres",
     "plot_attention_maps",
+    "plot_attention_matrix",
     "plot_attention_rollout",
+    "plot_distance_from_uniform",
     "plot_embedding_filters",
     "plot_largest_batch",
     "plot_mean_attention_distance",
