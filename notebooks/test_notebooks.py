@@ -89,7 +89,11 @@ PROOFS = {
         "np.allclose(kept, before",  # the same grid is the identity
         "linear",  # rows stay rows, corners stay corners (an independent check)
     ],
-    "06_inspection.ipynb": [  # Fig. 12 (right), from the memory model
+    "06_inspection.ipynb": [
+        "abs(ratio[-1] - 1) < ",  # 16 components hold all the variance of 16-value filters
+        "np.allclose(matrix[0, 1:]",  # a class-token map is row 0 of the attention matrix
+        "np.allclose(matrix.sum(axis=-1), 1",  # every row of the matrix is a distribution
+        # Fig. 12 (right), from the memory model
         "all((np.all(np.diff(row) < 0)",  # every model's batch falls with the size
         "np.all(vit_b32 > r50)",  # ViT-B/32 fits more than BiT-R50x1 at every size
         "vit_l16[0] > r152[0]",  # ViT-L/16 fits more than BiT-R152x2 at 224 px

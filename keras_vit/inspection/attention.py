@@ -5,6 +5,8 @@
 - ``attention_rollout``: Attention Rollout (Abnar & Zuidema, 2020) as in the paper's Appendix D.8
   and Fig. 6: average the heads, add the identity for the residual connection, re-normalise the
   rows, and multiply the matrices of all layers.
+- ``effective_patch_count``: how many patches a map spreads its attention over (the exponential
+  of its entropy), for telling a selective head from a uniform one.
 - ``mean_attention_distance``: the paper's "attention distance" (Sec. 4.5, Fig. 7 right, Fig. 11,
   Appendix D.7): for every head, the attention-weighted mean distance in pixels between a query
   patch and the patches it attends to, averaged over query patches and images.
@@ -168,6 +170,37 @@ def attention_maps(model, images, batch_size=32):
         rows = _output_row(model, np.stack(weights, axis=1))  # (batch, layers, heads, patches)
         batches.append(rows.reshape(*rows.shape[:3], *model.grid_size))
     return np.concatenate(batches).astype(np.float32)
+
+
+def effective_patch_count(maps):
+    """How many patches a map spreads its attention over: the exponential of its entropy.
+
+    Each map is normalised to sum 1 over the patches (the class token's own share, left out of
+    ``attention_maps``, is ignored). Uniform attention over N patches gives N; attention on one
+    patch gives 1; attention split evenly over k patches gives k.
+
+    Args:
+        maps: (..., rows, cols) maps, e.g. ``attention_maps(model, images)`` or
+            ``attention_rollout(model, images)``.
+
+    Returns:
+        float64 numpy array (...), one count per map.
+
+    Example:
+    >>> import numpy as np
+    >>> maps = np.zeros((2, 4, 4)); maps[0] = 1 / 16; maps[1, :2, :2] = 0.2  # even over 4
+    >>> [round(float(n), 6) for n in effective_patch_count(maps)]
+    [16.0, 4.0]
+    """
+    maps = np.asarray(maps, dtype=np.float64)
+    if maps.ndim < 2:
+        raise ValueError(f"Expected maps of shape (..., rows, cols), got {maps.shape}.")
+    flat = maps.reshape(*maps.shape[:-2], -1)
+    if np.any(flat < 0) or np.any(flat.sum(axis=-1) <= 0):
+        raise ValueError("Expected attention maps: non-negative, each with a positive sum.")
+    p = flat / flat.sum(axis=-1, keepdims=True)
+    entropy = -(p * np.log(np.where(p > 0, p, 1.0))).sum(axis=-1)
+    return np.exp(entropy)
 
 
 def rollout_to_image(rollout, image_size, normalize=True):

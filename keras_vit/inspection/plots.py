@@ -1,5 +1,6 @@
 """The paper's inspection figures, drawn with matplotlib (Fig. 6, Fig. 7 left, centre, right, and
-Fig. 12 right: the largest batch that fits a device).
+Fig. 12 right: the largest batch that fits a device), and one head's attention matrix beside its
+rows drawn as maps.
 
 Each helper takes the arrays computed by ``keras_vit.inspection`` (or, for Fig. 12, the table of
 ``keras_vit.models.memory.figure_12``) and returns a
@@ -170,6 +171,71 @@ def plot_mean_attention_distance(distances, image_size=None, title=None, uniform
     return fig
 
 
+def plot_distance_from_uniform(distances, uniform, title=None, colors=None):
+    """Mean attention distance minus that of uniform attention, per head, for models side by side.
+
+    Zoomed to the differences: one dot per head at its layer (the models' dots side by side),
+    a short bar at each layer's median head, and the dotted line at 0 for uniform attention. A
+    head below 0 looks closer than uniform attention, one above further.
+
+    Args:
+        distances: ``{label: (num_layers, num_heads) array}`` from ``mean_attention_distance``
+            (e.g. a trained model and its untrained copy), or one such array.
+        uniform: the distance of uniform attention (``uniform_attention_distance``), in pixels.
+        title: the figure title.
+        colors: optional list of one matplotlib colour per model (``C0``, ``C1``, ... by default).
+
+    Example:
+    >>> import numpy as np
+    >>> fig = plot_distance_from_uniform({"a": np.full((2, 3), 9.0), "b": np.full((2, 3), 11.5)},
+    ...                                  uniform=10.0)
+    >>> fig.axes[0].get_ylabel()
+    'Mean attention distance minus uniform (pixels)'
+    >>> [float(y) for y in fig.axes[0].collections[3].get_offsets()[:, 1]]  # b's medians
+    [1.5, 1.5]
+    """
+    if not isinstance(distances, dict):
+        distances = {"model": distances}
+    models = {}
+    for label, values in distances.items():
+        values = np.asarray(values, dtype=np.float64)
+        if values.ndim != 2:
+            raise ValueError(
+                "Expected (num_layers, num_heads) arrays from mean_attention_distance, got shape "
+                f"{values.shape} for {label!r}."
+            )
+        models[label] = values - float(uniform)
+    if not models or len({values.shape[0] for values in models.values()}) != 1:
+        raise ValueError("Expected at least one model, all with the same number of layers.")
+    layers = next(iter(models.values())).shape[0]
+    fig = _new_figure((7.4, 3.8))
+    axis = fig.add_subplot(1, 1, 1)
+    depth = np.arange(layers)
+    slot = 0.8 / len(models)
+    for index, (label, values) in enumerate(models.items()):
+        colour = colors[index] if colors is not None else f"C{index}"
+        heads = values.shape[1]
+        centre = depth + (index - (len(models) - 1) / 2) * slot
+        spread = (np.arange(heads) - (heads - 1) / 2) / max(heads - 1, 1) * 0.6 * slot
+        axis.scatter((centre[:, None] + spread[None]).ravel(), values.ravel(), s=16,
+                     color=colour, alpha=0.8, label=f"{label}: one dot per head")
+        axis.scatter(centre, np.median(values, axis=1), marker="_", s=260, linewidths=2,
+                     color=colour, label=f"{label}: median head")
+    axis.axhline(0.0, color="grey", linestyle=":", linewidth=1.2,
+                 label=f"uniform attention ({float(uniform):.1f} px)")
+    for boundary in depth[1:] - 0.5:  # the layers' columns
+        axis.axvline(boundary, color="0.85", linewidth=0.8)
+    axis.set_xlim(-0.5, layers - 0.5)
+    axis.set_xlabel("Network depth (layer)")
+    axis.set_xticks(depth if layers <= 12 else depth[::2])
+    axis.set_ylabel("Mean attention distance minus uniform (pixels)")
+    axis.grid(True, axis="y", alpha=0.3)
+    axis.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                borderaxespad=0)
+    axis.set_title(title or "Mean attention distance, relative to uniform attention")
+    return fig
+
+
 def _pictures(images, value_range):
     """Images in ``value_range`` -> [0, 1] for display; checks the shapes."""
     images = np.asarray(images, dtype=np.float64)
@@ -192,62 +258,106 @@ def _show_image(axis, picture):
 
 
 def plot_attention_rollout(images, rollout, value_range=(-1.0, 1.0), max_images=None,
-                           titles=None):
+                           titles=None, vmax=None):
     """Fig. 6: each input image beside its Attention Rollout map, drawn as a heat map on it.
 
     The maps are shown relative to uniform attention (the map times the number of patches, so
-    1 means "as much as any patch would get if attention were uniform"), on one colour scale
-    shared by all images, with a colour bar: a near-uniform map looks uniform, and maps of
-    different images can be compared.
+    1 means "as much as any patch would get if attention were uniform", marked on the colour
+    bar), on one linear colour scale from 0 shared by all images and all models: a near-uniform
+    map looks uniform, and maps of different images and models can be compared.
 
     Args:
         images: (batch, height, width, channels) images with values in ``value_range``.
-        rollout: (batch, rows, cols) maps from ``attention_rollout``; they are upsampled onto
-            the image (``rollout_to_image``, bilinear).
+        rollout: (batch, rows, cols) maps from ``attention_rollout``, or a dict
+            ``{label: maps}`` of several models' maps of the same images (say a trained model and
+            its untrained copy), drawn as one column each, beside the input. The maps are
+            upsampled onto the image (``rollout_to_image``, bilinear).
         value_range: the range of the image values (the models' [-1, 1] by default).
         max_images: draw at most this many images.
         titles: optional list of one title per image (e.g. the class), above its input.
+        vmax: the top of the shared colour scale, in units of the uniform share; by default
+            the largest value drawn (at least 1).
 
     Example:
     >>> import numpy as np
     >>> fig = plot_attention_rollout(np.zeros((2, 8, 8, 3)), np.ones((2, 2, 2)))
     >>> [axis.get_title() for axis in fig.axes[:4]]
     ['Input', 'Attention rollout', 'Input', 'Attention rollout']
+    >>> maps = {"trained": np.ones((1, 2, 2)), "untrained": np.ones((1, 2, 2))}
+    >>> fig = plot_attention_rollout(np.zeros((1, 8, 8, 3)), maps)
+    >>> [axis.get_title() for axis in fig.axes[:3]]
+    ['Input', 'trained', 'untrained']
     """
     pictures = _pictures(images, value_range)
-    rollout = np.asarray(rollout, dtype=np.float64)
-    if rollout.ndim != 3 or len(rollout) != len(pictures):
-        raise ValueError(
-            f"Expected one (rows, cols) rollout map per image, i.e. shape ({len(pictures)}, "
-            f"rows, cols), got {rollout.shape}."
-        )
+    labelled = isinstance(rollout, dict)
+    maps = dict(rollout) if labelled else {"Attention rollout": rollout}
+    if not maps:
+        raise ValueError("Expected rollout maps, got an empty dict.")
     count = len(pictures) if max_images is None else max(1, min(int(max_images), len(pictures)))
-    patches = rollout.shape[1] * rollout.shape[2]
-    relative = rollout[:count] / rollout[:count].sum(axis=(1, 2), keepdims=True) * patches
-    heat = rollout_to_image(relative, pictures.shape[1:3], normalize=False)
-    top = max(float(heat.max()), 1.0)
-    fig = _new_figure((4.6, 2.0 * count + 0.4))
-    axes = fig.subplots(count, 2, squeeze=False)
+    heats = {}
+    for label, values in maps.items():
+        values = np.asarray(values, dtype=np.float64)
+        if values.ndim != 3 or len(values) != len(pictures):
+            raise ValueError(
+                f"Expected one (rows, cols) rollout map per image, i.e. shape ({len(pictures)}, "
+                f"rows, cols), got {values.shape}."
+            )
+        patches = values.shape[1] * values.shape[2]
+        relative = values[:count] / values[:count].sum(axis=(1, 2), keepdims=True) * patches
+        heats[label] = rollout_to_image(relative, pictures.shape[1:3], normalize=False)
+    top = float(vmax) if vmax is not None else max(
+        max(float(heat.max()) for heat in heats.values()), 1.0)
+    columns = 1 + len(heats)
+    fig = _new_figure((2.3 * columns, 2.0 * count + 0.4))
+    axes = fig.subplots(count, columns, squeeze=False)
     for index in range(count):
         _show_image(axes[index, 0], pictures[index])
         label = titles[index] if titles is not None else "Input"
         axes[index, 0].set_title(label, fontsize=9)
         # the heat map over a dimmed grey copy of the image, so both stay readable
         grey = pictures[index].mean(axis=-1, keepdims=True)
-        _show_image(axes[index, 1], 0.35 + 0.5 * grey)
-        image = axes[index, 1].imshow(heat[index], cmap="inferno", vmin=0, vmax=top, alpha=0.6)
-        axes[index, 1].set_title("Attention rollout", fontsize=9)
-    fig.colorbar(image, ax=axes[:, 1], shrink=min(0.9, 0.35 + 0.15 * count),
-                 label="rollout / uniform share")
+        for column, (name, heat) in enumerate(heats.items(), start=1):
+            _show_image(axes[index, column], 0.35 + 0.5 * grey)
+            image = axes[index, column].imshow(heat[index], cmap="inferno", vmin=0, vmax=top,
+                                               alpha=0.6)
+            axes[index, column].set_title(name, fontsize=9)
+    bar = fig.colorbar(image, ax=axes[:, 1:], shrink=min(0.9, 0.35 + 0.15 * count),
+                       label="rollout / uniform share\n(cyan line: 1, uniform)")
+    bar.ax.axhline(1.0, color="cyan", linewidth=2)
     return fig
 
 
-def plot_attention_maps(image, maps, value_range=(-1.0, 1.0), title=None):
+def _relative_scale(limit):
+    """The log colour scale of attention relative to uniform: from 1/limit to limit, white at 1."""
+    from matplotlib import colormaps
+    from matplotlib.colors import LogNorm
+
+    limit = float(limit)
+    if not limit > 1:
+        raise ValueError(f"limit must be a factor above 1, got {limit!r}.")
+    return LogNorm(vmin=1 / limit, vmax=limit), colormaps["RdBu_r"]
+
+
+def _relative_colorbar(fig, shown, axes, limit, patches, shrink=0.8):
+    bar = fig.colorbar(shown, ax=axes, shrink=shrink, extend="both",
+                       label=f"attention / uniform (1/{patches}), log scale")
+    ticks = [10.0**k for k in range(-int(np.floor(np.log10(limit))),
+                                    int(np.floor(np.log10(limit))) + 1)]
+    bar.set_ticks(ticks, labels=[("1 (uniform)" if t == 1 else
+                                  f"{t:g}" if t > 1 else f"1/{1 / t:g}") for t in ticks])
+    bar.minorticks_off()
+    return bar
+
+
+def plot_attention_maps(image, maps, value_range=(-1.0, 1.0), title=None, limit=100.0):
     """Every head's attention map for one image, layer by layer, on one shared colour scale.
 
     Column 0 shows the image; row h, column l + 1 the attention of head h in block l over the
-    patches (``attention_maps``). All panels share one linear scale from 0, with a colour bar on
-    which the uniform value 1 / (patches) is marked: a near-uniform head looks flat.
+    patches (``attention_maps``). Each weight is drawn relative to uniform attention (times the
+    number of patches) on a log scale centred at 1, with a diverging colour map: white where a
+    patch gets what uniform attention would give it, red where it gets more, blue where less.
+    A head that attends everywhere alike is white; weights beyond the scale take its end colours.
+    Draw two models with the same ``limit`` to compare them.
 
     Args:
         image: (height, width, channels) image with values in ``value_range``.
@@ -255,6 +365,8 @@ def plot_attention_maps(image, maps, value_range=(-1.0, 1.0), title=None):
             ``attention_maps(model, images)[i]``.
         value_range: the range of the image values.
         title: the figure title.
+        limit: the scale spans uniform / limit to uniform * limit (default 100: from a hundredth
+            to a hundred times the uniform weight).
 
     Example:
     >>> import numpy as np
@@ -270,26 +382,130 @@ def plot_attention_maps(image, maps, value_range=(-1.0, 1.0), title=None):
             f"attention_maps(model, images)[0], got {maps.shape}."
         )
     layers, heads, rows, cols = maps.shape
-    uniform = 1.0 / (rows * cols)
-    top = max(float(maps.max()), 2 * uniform)
-    fig = _new_figure((1.25 * (layers + 1) + 1.0, 1.3 * heads + 0.6))
+    norm, cmap = _relative_scale(limit)
+    relative = maps * (rows * cols)
+    fig = _new_figure((1.25 * (layers + 1) + 1.4, 1.3 * heads + 0.6))
     axes = fig.subplots(heads, layers + 1, squeeze=False)
     for head in range(heads):
         _show_image(axes[head, 0], picture)
         axes[head, 0].set_ylabel(f"head {head + 1}", fontsize=8)
         for layer in range(layers):
-            shown = axes[head, layer + 1].imshow(maps[layer, head], cmap="magma", vmin=0,
-                                                 vmax=top, interpolation="nearest")
+            shown = axes[head, layer + 1].imshow(relative[layer, head], cmap=cmap, norm=norm,
+                                                 interpolation="nearest")
             axes[head, layer + 1].set_xticks([])
             axes[head, layer + 1].set_yticks([])
             if head == 0:
                 axes[head, layer + 1].set_title(f"layer {layer}", fontsize=8)
-    bar = fig.colorbar(shown, ax=axes, shrink=0.8,
-                       label=f"attention weight\n(cyan line: uniform, 1/{rows * cols})")
-    bar.ax.axhline(uniform, color="cyan", linewidth=2)
+    _relative_colorbar(fig, shown, axes, limit, rows * cols)
     if title:
         fig.suptitle(title)
     return fig
+
+
+def plot_attention_matrix(matrix, grid_size, rows, image=None, value_range=(-1.0, 1.0),
+                          limit=100.0, title=None):
+    """One head's full attention matrix beside some of its rows drawn as maps over the patches.
+
+    The left panel is the (tokens x tokens) matrix of one head in one block (row i: how query
+    token i spreads its attention over all keys; token 0 is the class token when there are
+    rows * cols + 1 tokens). The right panels take the chosen rows, drop the class token's
+    column and reshape them to the patch grid: row 0 is the class token's map of
+    ``attention_maps``, a patch's row is what that patch looks at (its own patch outlined).
+    Everything is on one log scale relative to uniform (1 / patches), as in
+    ``plot_attention_maps``; each chosen row is marked on the matrix in its map's colour.
+
+    Args:
+        matrix: (tokens, tokens) attention probabilities of one head, e.g.
+            ``attention_weights(model, images)[layer][image, head]``.
+        grid_size: (rows, cols) of the patch grid (``model.grid_size``).
+        rows: the query tokens to draw as maps (e.g. ``[0, 50, 120]``).
+        image: optional (height, width, channels) image, drawn first with the chosen query
+            patches outlined.
+        value_range: the range of the image values.
+        limit: the scale spans uniform / limit to uniform * limit.
+        title: the figure title.
+
+    Example:
+    >>> import numpy as np
+    >>> fig = plot_attention_matrix(np.full((5, 5), 0.2), (2, 2), rows=[0, 3])
+    >>> [axis.get_title() for axis in fig.axes[:3]]
+    ['Attention matrix (5 x 5)', 'row 0: class token', 'row 3: patch (1, 0)']
+    """
+    matrix = np.asarray(matrix, dtype=np.float64)
+    grid_rows, grid_cols = (int(n) for n in grid_size)
+    patches = grid_rows * grid_cols
+    tokens = matrix.shape[0] if matrix.ndim == 2 else -1
+    if matrix.ndim != 2 or matrix.shape[1] != tokens or tokens not in (patches, patches + 1):
+        raise ValueError(
+            f"Expected a square attention matrix over {patches} or {patches + 1} tokens (the "
+            f"{grid_rows} x {grid_cols} patches, and a class token first if any), got "
+            f"{matrix.shape}."
+        )
+    rows = [int(r) for r in rows]
+    if not rows or any(not 0 <= r < tokens for r in rows):
+        raise ValueError(f"rows must be query tokens between 0 and {tokens - 1}, got {rows}.")
+    first = tokens - patches  # 1 with a class token
+    norm, cmap = _relative_scale(limit)
+    colours = [f"C{k + 2}" for k in range(len(rows))]  # C0, C1 are the models' colours
+
+    def patch_of(token):
+        return divmod(token - first, grid_cols)
+
+    panels = len(rows) + (image is not None)
+    columns = min(panels, 2)
+    lines = -(-panels // columns)
+    fig = _new_figure((4.8 + 2.5 * columns + 1.2, max(4.6, 2.5 * lines + 0.6)))
+    grid = fig.add_gridspec(lines, 1 + columns, width_ratios=[2.1 * lines] + [1.0] * columns)
+    axis = fig.add_subplot(grid[:, 0])
+    shown = axis.imshow(matrix * patches, cmap=cmap, norm=norm, interpolation="nearest")
+    axis.set_title(f"Attention matrix ({tokens} x {tokens})", fontsize=10)
+    axis.set_xlabel("key token (what is looked at)" + ("\n0 = class token" if first else ""))
+    axis.set_ylabel("query token (who looks)")
+    for row, colour in zip(rows, colours):
+        axis.annotate("", xy=(-0.5, row), xytext=(-0.12 * tokens, row),
+                      arrowprops=dict(arrowstyle="->", color=colour, linewidth=2),
+                      annotation_clip=False)
+    maps = [fig.add_subplot(grid[k // columns, 1 + k % columns]) for k in range(panels)]
+    if image is not None:
+        picture = _pictures(np.asarray(image)[None], value_range)[0]
+        _show_image(maps[0], picture)
+        maps[0].set_title("query patches", fontsize=9)
+        height, width = picture.shape[:2]
+        for row, colour in zip(rows, colours):
+            if row >= first:
+                r, c = patch_of(row)
+                maps[0].add_patch(_patch_outline(r, c, height / grid_rows, width / grid_cols,
+                                                 colour))
+        maps = maps[1:]
+    from matplotlib import patheffects
+
+    for panel, row, colour in zip(maps, rows, colours):
+        panel.imshow(matrix[row, first:].reshape(grid_rows, grid_cols) * patches, cmap=cmap,
+                     norm=norm, interpolation="nearest")
+        panel.set_xticks([])
+        panel.set_yticks([])
+        for side in panel.spines.values():
+            side.set_color(colour)
+            side.set_linewidth(3)
+        if row < first:
+            panel.set_title(f"row {row}: class token", fontsize=9)
+        else:
+            r, c = patch_of(row)
+            panel.set_title(f"row {row}: patch ({r}, {c})", fontsize=9)
+            outline = _patch_outline(r, c, 1.0, 1.0, "black", origin=-0.5)
+            outline.set_path_effects([patheffects.withStroke(linewidth=3, foreground="white")])
+            panel.add_patch(outline)
+    _relative_colorbar(fig, shown, list(fig.axes), limit, patches, shrink=0.8)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def _patch_outline(row, col, height, width, colour, origin=-0.5):
+    from matplotlib.patches import Rectangle
+
+    return Rectangle((origin + col * width, origin + row * height), width, height, fill=False,
+                     edgecolor=colour, linewidth=1.5)
 
 
 def plot_largest_batch(table, memory_gib=16, training=False, title=None):

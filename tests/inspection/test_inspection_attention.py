@@ -13,6 +13,7 @@ from keras_vit.inspection import (
     attention_maps,
     attention_rollout,
     attention_weights,
+    effective_patch_count,
     mean_attention_distance,
     patch_centres,
     rollout_object_share,
@@ -264,3 +265,17 @@ def test_rollout_object_share_against_the_object_mask():
         rollout_object_share(np.ones((2, 3, 3)), images)
     with pytest.raises(ValueError, match="same batch"):
         rollout_object_share(maps[:1], images)
+
+
+def test_effective_patch_count_of_uniform_sharp_and_split_maps(token_vit, vit_images):
+    maps = np.zeros((3, 4, 4))
+    maps[0] = 1 / 17  # uniform attention of a class token (its own share left out)
+    maps[1, 2, 3] = 0.6  # all on one patch
+    maps[2, 0, :3] = 0.3  # even over three
+    np.testing.assert_allclose(effective_patch_count(maps), [16.0, 1.0, 3.0])
+    counts = effective_patch_count(attention_maps(token_vit, vit_images))
+    assert counts.shape == (3, 3, 2) and np.all((counts >= 1) & (counts <= 16 + 1e-9))
+    flat = attention_maps(zero_query_key(build_vit("token")), vit_images[:1])
+    np.testing.assert_allclose(effective_patch_count(flat), 16.0)
+    with pytest.raises(ValueError, match="non-negative"):
+        effective_patch_count(-maps)

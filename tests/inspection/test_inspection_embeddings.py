@@ -105,6 +105,15 @@ def test_components_are_orthonormal_and_ordered(num_channels):
     assert result.explained_variance_ratio.sum() <= 1 + 1e-9
 
 
+def test_all_components_explain_all_the_variance():
+    # 48 grey 4 x 4 filters (as in notebook 06's model) span the 16 pixel values: the 16
+    # components are the whole variance, and the cumulative curve ends at 1
+    model = build_vit(num_channels=1, hidden_size=48)
+    ratio = embedding_filter_components(model, n=16).explained_variance_ratio
+    assert np.cumsum(ratio)[-1] == pytest.approx(1.0, abs=1e-9)
+    assert np.all(ratio > 0)
+
+
 def test_component_count_is_checked():
     model = build_vit()
     for n in (0, 17, 2.5):

@@ -14,10 +14,13 @@ from matplotlib.figure import Figure  # noqa: E402
 from keras_vit.inspection import (  # noqa: E402
     attention_maps,
     attention_rollout,
+    attention_weights,
     embedding_filter_components,
     mean_attention_distance,
     plot_attention_maps,
+    plot_attention_matrix,
     plot_attention_rollout,
+    plot_distance_from_uniform,
     plot_embedding_filters,
     plot_largest_batch,
     plot_mean_attention_distance,
@@ -89,34 +92,81 @@ def test_uniform_reference_line_is_labelled():
     assert "uniform attention (5.2 px)" in [t.get_text() for t in fig.axes[0].get_legend().texts]
 
 
-def test_head_maps_share_one_scale_from_zero():
+def test_head_maps_share_one_log_scale_relative_to_uniform():
     maps = np.full((2, 3, 2, 2), 0.25)
     maps[1, 2, 0, 0] = 0.7  # one sharp head
     fig = plot_attention_maps(np.zeros((8, 8, 1)), maps)
     panels = [axis for axis in fig.axes[:-1] if axis.images and axis.images[0].get_cmap().name
-              == "magma"]
+              == "RdBu_r"]
     assert len(panels) == 6
-    assert {axis.images[0].get_clim() for axis in panels} == {(0.0, 0.7)}
-    # the flat heads are drawn flat, at 0.25 / 0.7 of the scale, not stretched to full range
+    # every panel on the same log scale from 1/100 to 100 times uniform, centred at 1
+    assert {axis.images[0].get_clim() for axis in panels} == {(0.01, 100.0)}
+    assert all(type(axis.images[0].norm).__name__ == "LogNorm" for axis in panels)
     flat = panels[0].images[0]
-    assert np.ptp(flat.norm(flat.get_array())) == 0
+    np.testing.assert_allclose(flat.get_array(), 1.0)  # uniform attention is 1, the centre
+    assert flat.norm(1.0) == pytest.approx(0.5)
+    sharp = panels[-1].images[0]  # head 3 of layer 1: 0.7 x 4 patches = 2.8 times uniform
+    assert sharp.get_array()[0, 0] == pytest.approx(2.8)
     bar = fig.axes[-1]
-    assert "uniform, 1/4" in bar.get_ylabel()
-    assert any(set(line.get_ydata()) == {0.25} for line in bar.lines)
+    assert bar.get_ylabel() == "attention / uniform (1/4), log scale"
+    assert "1 (uniform)" in [t.get_text() for t in bar.get_yticklabels()]
+    # a second figure with the same limit shares the scale; another limit is stated
+    other = plot_attention_maps(np.zeros((8, 8, 1)), maps, limit=10)
+    assert other.axes[1].images[0].get_clim() == (0.1, 10.0)
     with pytest.raises(ValueError, match="num_layers, num_heads, rows, cols"):
         plot_attention_maps(np.zeros((8, 8, 1)), maps[0])
+    with pytest.raises(ValueError, match="factor above 1"):
+        plot_attention_maps(np.zeros((8, 8, 1)), maps, limit=1)
 
 
-def test_rollout_overlay_is_relative_to_uniform_on_one_scale():
-    images = np.zeros((2, 8, 8, 3))
-    flat = np.full((2, 2), 0.1)
-    peaked = np.array([[0.7, 0.1], [0.1, 0.1]])
-    fig = plot_attention_rollout(images, np.stack([flat, peaked]))
-    heats = [axis.images[1] for axis in (fig.axes[1], fig.axes[3])]
-    assert [heat.get_clim() for heat in heats] == [(0.0, pytest.approx(2.8))] * 2
-    np.testing.assert_allclose(heats[0].get_array(), 1.0)  # a uniform map is 1 everywhere
-    assert heats[1].get_array().max() == pytest.approx(2.8)  # 0.7 of 1.0 over 4 patches
-    assert fig.axes[-1].get_ylabel() == "rollout / uniform share"
+def test_attention_matrix_rows_are_the_maps(token_vit, vit_images):
+    layer, head = 1, 0
+    matrix = attention_weights(token_vit, vit_images[:1])[layer][0, head]
+    fig = plot_attention_matrix(matrix, token_vit.grid_size, rows=[0, 6], image=vit_images[0])
+    whole, picture, class_row, patch_row = fig.axes[:4]
+    assert whole.get_title() == "Attention matrix (17 x 17)"
+    np.testing.assert_allclose(whole.images[0].get_array(), matrix * 16, rtol=1e-6)
+    # row 0 over the patches is the class token's map of attention_maps, on the same scale
+    expected = attention_maps(token_vit, vit_images[:1])[0, layer, head]
+    np.testing.assert_allclose(class_row.images[0].get_array(), expected * 16, rtol=1e-5)
+    assert class_row.get_title() == "row 0: class token"
+    # token 6 is patch 5: row 1, column 1 of the 4 x 4 grid; outlined on its map and the image
+    assert patch_row.get_title() == "row 6: patch (1, 1)"
+    np.testing.assert_allclose(patch_row.images[0].get_array(),
+                               matrix[6, 1:].reshape(4, 4) * 16, rtol=1e-6)
+    assert patch_row.patches[0].get_xy() == (0.5, 0.5)
+    assert picture.patches[0].get_xy() == (3.5, 3.5)  # 4-pixel patches of the 16-pixel image
+    assert {axis.images[0].get_clim() for axis in (whole, class_row, patch_row)} == {
+        (0.01, 100.0)}
+    _renders(fig)
+    gap = plot_attention_matrix(np.full((4, 4), 0.25), (2, 2), rows=[3])
+    assert gap.axes[1].get_title() == "row 3: patch (1, 1)"
+    with pytest.raises(ValueError, match="square attention matrix over 16 or 17 tokens"):
+        plot_attention_matrix(matrix[:, 1:], (4, 4), rows=[0])
+    with pytest.raises(ValueError, match="between 0 and 16"):
+        plot_attention_matrix(matrix, (4, 4), rows=[17])
+
+
+def test_distance_from_uniform_zooms_to_the_differences():
+    trained = np.array([[27.0, 29.0], [28.0, 30.5]])
+    fig = plot_distance_from_uniform({"trained": trained, "untrained": np.full((2, 2), 29.0)},
+                                     uniform=29.0)
+    axis = fig.axes[0]
+    heads, medians = axis.collections[0], axis.collections[1]
+    np.testing.assert_allclose(heads.get_offsets()[:, 1], [-2.0, 0.0, -1.0, 1.5])
+    np.testing.assert_allclose(medians.get_offsets()[:, 1], [-1.0, 0.25])
+    # in each layer's column the first model's dots left of the layer, the second's right
+    layer = np.repeat([0, 1], 2)
+    assert np.all(heads.get_offsets()[:, 0] < layer)
+    assert np.all(axis.collections[2].get_offsets()[:, 0] > layer)
+    assert axis.get_ylim()[0] > -3 and axis.get_ylim()[1] < 3  # zoomed, not 0 to the diagonal
+    labels = [t.get_text() for t in axis.get_legend().texts]
+    assert labels == ["trained: one dot per head", "trained: median head",
+                      "untrained: one dot per head", "untrained: median head",
+                      "uniform attention (29.0 px)"]
+    _renders(fig)
+    with pytest.raises(ValueError, match="same number of layers"):
+        plot_distance_from_uniform({"a": np.ones((2, 2)), "b": np.ones((3, 2))}, uniform=1.0)
 
 
 def test_similarity_is_on_a_diverging_scale_centred_at_zero():
