@@ -34,6 +34,18 @@ def mirrored(url):
     return f"{base.rstrip('/')}/{parts.netloc}{parts.path}"
 
 
+def mirror_path(root, url):
+    """Where ``url`` lives in a mirror folder ``root``: ``<root>/<host>/<path>``, the layout that
+    ``KERAS_VIT_MIRROR`` reads (``file://<root>`` serves the folder without a server).
+
+    Example:
+    >>> mirror_path("mirror", "https://storage.googleapis.com/vit_models/imagenet21k/ViT-B_32.npz")
+    'mirror/storage.googleapis.com/vit_models/imagenet21k/ViT-B_32.npz'
+    """
+    parts = urllib.parse.urlsplit(url)
+    return os.path.join(os.fspath(root), parts.netloc, *parts.path.lstrip("/").split("/"))
+
+
 def sha256(path, *, decompress=False):
     """The SHA-256 of a file, or of its gzip-decompressed content."""
     import gzip

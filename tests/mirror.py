@@ -16,13 +16,13 @@ import http.server
 import os
 import shutil
 import threading
-import urllib.parse
 
 
 def location(root, url):
-    """Where ``url`` lives in a mirror folder."""
-    parts = urllib.parse.urlsplit(url)
-    return os.path.join(root, parts.netloc, *parts.path.lstrip("/").split("/"))
+    """Where ``url`` lives in a mirror folder (``keras_vit.downloads.mirror_path``)."""
+    from keras_vit.downloads import mirror_path
+
+    return mirror_path(root, url)
 
 
 def put(root, url, source):

@@ -1,5 +1,6 @@
 import http.server
 import os
+import shutil
 import threading
 
 import numpy as np
@@ -50,6 +51,19 @@ def test_published_checkpoint_downloads_through_the_mirror(served, cache):
     assert cached.is_file()
     os.remove(mirror.location(root, URL))  # the second load comes from the cache
     assert keras_vit.load_checkpoint("imagenet21k/ViT-Ti_16").hidden_size == 32
+
+
+def test_a_mirror_folder_serves_without_a_server(cache, monkeypatch, tmp_path):
+    """``file://<folder>`` laid out by ``mirror_path`` (notebook 05's offline stand-in)."""
+    root = tmp_path / "mirror"
+    target = downloads.mirror_path(root, URL)
+    assert target == str(root / "storage.googleapis.com" / "vit_models" / "imagenet21k"
+                         / "ViT-Ti_16.npz")
+    os.makedirs(os.path.dirname(target))
+    shutil.copyfile(fixture_path("vit_tiny_token_norep.npz"), target)
+    monkeypatch.setenv("KERAS_VIT_MIRROR", root.as_uri())
+    assert keras_vit.load_checkpoint("imagenet21k/ViT-Ti_16").hidden_size == 32
+    assert (cache / "keras_vit" / "imagenet21k" / "ViT-Ti_16.npz").is_file()
 
 
 def test_corrupt_checkpoint_is_deleted(served, cache):
