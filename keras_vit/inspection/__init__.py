@@ -29,6 +29,7 @@ from keras_vit.inspection.embeddings import (
     FilterComponents,
     embedding_filter_components,
     position_embedding_similarity,
+    position_similarity_by_distance,
     position_similarity_summary,
 )
 from keras_vit.inspection.plots import (
@@ -63,6 +64,7 @@ __all__ = [
     "plot_mean_attention_distance",
     "plot_position_embedding_similarity",
     "position_embedding_similarity",
+    "position_similarity_by_distance",
     "position_similarity_summary",
     "rollout_object_share",
     "rollout_to_image",

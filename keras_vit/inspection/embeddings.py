@@ -155,3 +155,37 @@ def position_similarity_summary(similarity):
                   other=(gap > 0) & ~same_row & ~same_column)
     return {name: float(flat[mask].mean()) if mask.any() else float("nan")
             for name, mask in groups.items()}
+
+
+def position_similarity_by_distance(similarity):
+    """Mean cosine similarity of two patches' position embeddings against their distance.
+
+    How fast the similarity falls as patches lie further apart: a fine pattern (the paper's
+    Appendix D.4, Fig. 10) falls off within a patch or two, a coarse one spreads further. The
+    distance is the Euclidean one between the two patches' grid positions, in patches (1 for a
+    left, right, upper or lower neighbour, sqrt(2) for a diagonal one); every ordered pair of
+    distinct patches counts once.
+
+    Args:
+        similarity: (rows, cols, rows, cols) array from ``position_embedding_similarity``.
+
+    Returns:
+        ``(distances, means)``: float64 arrays over the distinct distances, in increasing order
+        (0, a patch with itself, left out).
+
+    Example:
+    >>> import numpy as np
+    >>> distances, means = position_similarity_by_distance(np.zeros((2, 2, 2, 2)))
+    >>> distances.round(3).tolist(), means.tolist()
+    ([1.0, 1.414], [0.0, 0.0])
+    """
+    similarity = check_similarity(similarity)
+    rows, cols = similarity.shape[:2]
+    if rows * cols < 2:
+        raise ValueError(f"Need a grid of at least 2 patches, got {rows} x {cols}.")
+    r, c = (axis.ravel() for axis in np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij"))
+    squared = (r[:, None] - r[None]) ** 2 + (c[:, None] - c[None]) ** 2
+    flat = similarity.reshape(rows * cols, rows * cols)
+    steps = np.unique(squared[squared > 0])
+    means = np.array([flat[squared == step].mean() for step in steps])
+    return np.sqrt(steps.astype(np.float64)), means

@@ -9,6 +9,8 @@ value or with ``display(fig)``, or write it with ``fig.savefig``). matplotlib is
 when a helper is called (``pip install matplotlib``, or the ``inspection`` extra).
 """
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from keras_vit.inspection.attention import rollout_to_image
@@ -76,6 +78,18 @@ def plot_embedding_filters(components, columns=7, title=None):
     return fig
 
 
+def _similarity_mosaic(similarity):
+    """The (rows, cols) tiles of a similarity array laid out as one image, NaN between tiles."""
+    rows, cols = similarity.shape[:2]
+    gap = 1
+    mosaic = np.full((rows * (rows + gap) - gap, cols * (cols + gap) - gap), np.nan)
+    for r in range(rows):
+        for c in range(cols):
+            top, left = r * (rows + gap), c * (cols + gap)
+            mosaic[top:top + rows, left:left + cols] = similarity[r, c]
+    return mosaic
+
+
 def plot_position_embedding_similarity(similarity, title="Position embedding similarity"):
     """Fig. 7 (centre) and Fig. 10: the similarity of each patch's embedding with all others.
 
@@ -84,7 +98,9 @@ def plot_position_embedding_similarity(similarity, title="Position embedding sim
     colour scale from -1 (blue) through 0 (white) to 1 (red) shared by all tiles.
 
     Args:
-        similarity: (rows, cols, rows, cols) array from ``position_embedding_similarity``.
+        similarity: (rows, cols, rows, cols) array from ``position_embedding_similarity``, or a
+            mapping from panel titles to such arrays: the panels are drawn side by side, on the
+            same colour scale with one colour bar (Fig. 10 compares models this way).
         title: the figure title.
 
     Example:
@@ -92,32 +108,44 @@ def plot_position_embedding_similarity(similarity, title="Position embedding sim
     >>> fig = plot_position_embedding_similarity(np.ones((3, 3, 3, 3)))
     >>> fig.axes[0].get_xlabel()
     'Input patch column'
+    >>> fig = plot_position_embedding_similarity({"A": np.ones((3, 3, 3, 3)),
+    ...                                           "B": np.zeros((3, 3, 3, 3))})
+    >>> [axis.get_title() for axis in fig.axes[:2]], len(fig.axes)
+    (['A', 'B'], 3)
     """
-    similarity = check_similarity(similarity)
-    rows, cols = similarity.shape[:2]
-    gap = 1
-    mosaic = np.full((rows * (rows + gap) - gap, cols * (cols + gap) - gap), np.nan)
-    for r in range(rows):
-        for c in range(cols):
-            top, left = r * (rows + gap), c * (cols + gap)
-            mosaic[top:top + rows, left:left + cols] = similarity[r, c]
-    fig = _new_figure((5.5, 5.0))
-    axis = fig.add_subplot(1, 1, 1)
-    # cosine similarity is signed: a diverging map centred at 0 (white), the same for every tile;
-    # the gaps between tiles grey, so that they differ from a similarity of 0
+    single = not isinstance(similarity, Mapping)
+    panels = {None: similarity} if single else dict(similarity)
+    if not panels:
+        raise ValueError("Expected at least one similarity array to plot, got an empty mapping.")
+    panels = {name: check_similarity(value) for name, value in panels.items()}
+    fig = _new_figure((5.5 + 4.6 * (len(panels) - 1), 5.0))
+    # cosine similarity is signed: a diverging map centred at 0 (white), the same for every tile
+    # and every panel; the gaps between tiles grey, so that they differ from a similarity of 0
     from matplotlib import colormaps
 
     cmap = colormaps["RdBu_r"].with_extremes(bad="0.75")
-    image = axis.imshow(mosaic, cmap=cmap, vmin=-1, vmax=1, interpolation="nearest")
-    axis.set_xticks(np.arange(cols) * (cols + gap) + (cols - 1) / 2, np.arange(1, cols + 1))
-    axis.set_yticks(np.arange(rows) * (rows + gap) + (rows - 1) / 2, np.arange(1, rows + 1))
-    axis.tick_params(length=0)
-    for side in axis.spines.values():
-        side.set_visible(False)
-    axis.set_xlabel("Input patch column")
-    axis.set_ylabel("Input patch row")
-    axis.set_title(title)
-    fig.colorbar(image, ax=axis, label="Cosine similarity", shrink=0.8)
+    axes = []
+    for index, values in enumerate(panels.values()):
+        rows, cols = values.shape[:2]
+        axis = fig.add_subplot(1, len(panels), index + 1)
+        image = axis.imshow(_similarity_mosaic(values), cmap=cmap, vmin=-1, vmax=1,
+                            interpolation="nearest")
+        axis.set_xticks(np.arange(cols) * (cols + 1) + (cols - 1) / 2, np.arange(1, cols + 1))
+        axis.set_yticks(np.arange(rows) * (rows + 1) + (rows - 1) / 2, np.arange(1, rows + 1))
+        axis.tick_params(length=0)
+        for side in axis.spines.values():
+            side.set_visible(False)
+        axis.set_xlabel("Input patch column")
+        axis.set_ylabel("Input patch row")
+        axes.append(axis)
+    if single:
+        axes[0].set_title(title)
+    else:
+        for axis, name in zip(axes, panels):
+            axis.set_title(name)
+        fig.suptitle(title)
+    label = "Cosine similarity" + ("" if len(panels) == 1 else " (one scale for all panels)")
+    fig.colorbar(image, ax=axes, label=label, shrink=0.8)
     return fig
 
 

@@ -8,6 +8,7 @@ from keras_vit.inspection import (
     FilterComponents,
     embedding_filter_components,
     position_embedding_similarity,
+    position_similarity_by_distance,
     position_similarity_summary,
 )
 
@@ -145,3 +146,18 @@ def test_summary_of_a_model_and_bad_input():
         position_similarity_summary(np.zeros((4, 4)))
     with pytest.raises(ValueError, match="at least 2 x 2"):
         position_similarity_summary(np.zeros((1, 3, 1, 3)))
+
+
+def test_similarity_by_distance_averages_each_distance_once():
+    # similarity = exp(-distance) on a 3 x 4 grid: each distance's mean is exp(-distance)
+    r, c = (a.ravel() for a in np.meshgrid(np.arange(3), np.arange(4), indexing="ij"))
+    distance = np.hypot(r[:, None] - r[None], c[:, None] - c[None])
+    distances, means = position_similarity_by_distance(np.exp(-distance).reshape(3, 4, 3, 4))
+    expected = np.sqrt([1, 2, 4, 5, 8, 9, 10, 13])  # every distinct squared step on 3 x 4
+    np.testing.assert_allclose(distances, expected)
+    np.testing.assert_allclose(means, np.exp(-expected))
+    # a pattern that is 1 for the 4-neighbours and 0 elsewhere: only distance 1 is non-zero
+    _, means = position_similarity_by_distance((distance == 1).reshape(3, 4, 3, 4) * 1.0)
+    assert means[0] == 1.0 and not means[1:].any()
+    with pytest.raises(ValueError, match="at least 2 patches"):
+        position_similarity_by_distance(np.ones((1, 1, 1, 1)))

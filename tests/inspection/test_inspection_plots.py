@@ -176,6 +176,18 @@ def test_similarity_is_on_a_diverging_scale_centred_at_zero():
     assert fig.axes[-1].get_ylabel() == "Cosine similarity"
 
 
+def test_similarity_panels_side_by_side_share_one_scale():
+    fig = plot_position_embedding_similarity(
+        {"slow": np.zeros((2, 2, 2, 2)), "fast": np.full((2, 2, 2, 2), 0.5)}, title="two models")
+    images = [axis.images[0] for axis in fig.axes[:2]]
+    assert [axis.get_title() for axis in fig.axes[:2]] == ["slow", "fast"]
+    assert all(image.get_clim() == (-1.0, 1.0) for image in images)
+    assert len(fig.axes) == 3 and "one scale" in fig.axes[-1].get_ylabel()
+    assert fig._suptitle.get_text() == "two models"
+    with pytest.raises(ValueError, match="at least one"):
+        plot_position_embedding_similarity({})
+
+
 def test_grey_images_and_filters():
     fig = plot_embedding_filters(np.random.default_rng(0).normal(size=(3, 4, 4, 1)), columns=2)
     assert len(fig.axes) == 3
