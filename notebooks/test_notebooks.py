@@ -99,6 +99,10 @@ PROOFS = {
         "vit_l16[0] > r152[0]",  # ViT-L/16 fits more than BiT-R152x2 at 224 px
         "np.all(vit_b16[2:] < r50[2:])",  # where the count departs from the paper
     ],
+    "07_axial_attention.ipynb": [
+        "np.array_equal(row_changed, in_row)",  # a row attention moves only its own row
+        "np.all(two_steps)",  # a row then a column attention reach every token
+    ],
 }
 
 
