@@ -90,30 +90,16 @@ call, medians of 5-7 interleaved rounds; ``--layer`` times the first shape):
 """
 
 import argparse
-import statistics
-import time
 
 import keras
 import numpy as np
 
 import keras_vit
+from keras_vit.evaluation.speed import median_seconds
 from keras_vit.models import registry
 
 MODELS = ("ViT-B/32", "ViT-B/16", "Axial-ViT-B/32", "Axial-ViT-B/16", "BiT-R50x1",
           "AxialResNet50")
-
-
-def side_by_side(calls, rounds):
-    """Median seconds of each named call, timed in interleaved rounds (after one warm-up)."""
-    for call in calls.values():
-        call()
-    times = {name: [] for name in calls}
-    for _ in range(rounds):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def model_table(args):
@@ -122,7 +108,7 @@ def model_table(args):
     models = {name: registry.build_model(name, image_size=args.image_size)
               for name in args.models}
     calls = {name: (lambda m=m: m.predict_on_batch(images)) for name, m in models.items()}
-    seconds = side_by_side(calls, args.rounds)
+    seconds = median_seconds(calls, rounds=args.rounds)
     print(f"backend={keras.backend.backend()} batch={args.batch} image={args.image_size} "
           f"rounds={args.rounds} (medians)")
     print(f"{'model':<16} {'GFLOPs':>8} {'images/s':>10} {'ms/image':>10}")
@@ -148,7 +134,7 @@ def layer_table(args):
         layer.build(shape)
         fn = keras.Sequential([keras.Input(shape[1:], batch_size=shape[0]), layer])
         calls[name] = lambda fn=fn: fn.predict_on_batch(x)
-    seconds = side_by_side(calls, args.rounds)
+    seconds = median_seconds(calls, rounds=args.rounds)
     print(f"backend={keras.backend.backend()} input={shape} rounds={args.rounds} (medians)")
     for name, value in seconds.items():
         print(f"{name:<16} {1000 * value:8.1f} ms")

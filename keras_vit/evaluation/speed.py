@@ -26,14 +26,23 @@ def inference_speed(models, images, *, rounds=5):
     >>> list(speed), speed["dense"] > 0
     (['dense'], True)
     """
+    calls = {name: (lambda model=model: model.predict_on_batch(images))
+             for name, model in models.items()}
+    return {name: len(images) / seconds
+            for name, seconds in median_seconds(calls, rounds=rounds).items()}
+
+
+def median_seconds(calls, *, rounds=5):
+    """Median seconds of each named call ``{name: function}``, after one untimed call each (the
+    compile), timed in interleaved rounds so that the machine's load hits all of them alike."""
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}.")
-    for model in models.values():
-        model.predict_on_batch(images)  # compile
-    seconds = {name: [] for name in models}
+    for call in calls.values():
+        call()
+    seconds = {name: [] for name in calls}
     for _ in range(rounds):
-        for name, model in models.items():
+        for name, call in calls.items():
             start = time.perf_counter()
-            model.predict_on_batch(images)
+            call()
             seconds[name].append(time.perf_counter() - start)
-    return {name: len(images) / statistics.median(values) for name, values in seconds.items()}
+    return {name: statistics.median(values) for name, values in seconds.items()}
