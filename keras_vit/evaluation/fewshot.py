@@ -168,7 +168,8 @@ def fewshot_linear_from_features(
 
     Returns:
         ``{shots: {"mean": float, "std": float, "per_seed": [float, ...]}}``: test accuracies
-        in [0, 1], their mean and population standard deviation over the seeds.
+        in [0, 1], their mean and sample standard deviation (``ddof=1``; 0 for one seed) over the
+        seeds.
 
     Example:
     >>> import numpy as np
@@ -196,7 +197,8 @@ def fewshot_linear_from_features(
     return {
         shot: {
             "mean": float(np.mean(accs)),
-            "std": float(np.std(accs)),
+            # the sample standard deviation, as every spread over seeds in this project
+            "std": float(np.std(accs, ddof=1)) if len(accs) > 1 else 0.0,
             "per_seed": [float(a) for a in accs],
         }
         for shot, accs in per_seed.items()
