@@ -5,7 +5,8 @@ kernels (D, H, hd) with biases (H, hd), and ``out`` kernel (H, hd, D) with bias 
 
 Two code paths give the same numbers:
 - the fast path projects q, k and v with one fused matrix multiply and calls
-  ``keras.ops.dot_product_attention`` (fused/flash kernels where the backend has them);
+  ``keras.ops.dot_product_attention`` with the kernel that ``attention_implementation`` picks
+  (see ``flash_attention_argument``);
 - the explicit path (``return_attention_scores=True``, or attention dropout while training)
   forms the softmax probabilities A = softmax(q k^T / sqrt(hd)) and returns them for inspection.
 
@@ -24,6 +25,109 @@ import keras
 from keras import ops
 
 from keras_vit.layers.position import RelativePositionLogits
+
+ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "flash")
+_HALF_PRECISION = ("float16", "bfloat16")
+
+
+def check_attention_implementation(implementation):
+    """``implementation`` if it names one of ``ATTENTION_IMPLEMENTATIONS``, else a clear error."""
+    if implementation not in ATTENTION_IMPLEMENTATIONS:
+        raise ValueError(
+            f"Unknown attention_implementation {implementation!r}; use 'auto' (the fastest "
+            "correct kernel for this backend and device), 'xla' (the backend's plain attention, "
+            "never a flash kernel) or 'flash' (a flash kernel, or an error where there is none)."
+        )
+    if implementation == "flash" and keras.backend.backend() == "tensorflow":
+        raise ValueError(_no_flash("tensorflow", "Keras has no flash attention there"))
+    return implementation
+
+
+_WHERE = {"tensorflow": "Keras' TensorFlow backend", "cpu": "a CPU", "tpu": "a TPU",
+          "gpu": "this GPU"}
+
+
+def _no_flash(where, reason):
+    where = _WHERE.get(where, where)
+    return (f"attention_implementation='flash' is not available on {where}: {reason}. Use "
+            "'auto', which picks a flash kernel wherever one is correct and otherwise the plain "
+            "attention, or 'xla' (docs/runtimes.md lists what each runtime gets).")
+
+
+def _device(query):
+    """(platform, compute capability or None) of the device that runs ``query``."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax  # the backend in use: installed
+
+        device = jax.devices()[0]  # what Keras' jax backend asks too
+        return device.platform, getattr(device, "compute_capability", None)
+    if backend == "torch":
+        import torch
+
+        device = getattr(query, "device", None)
+        if device is None or device.type != "cuda":
+            return getattr(device, "type", "cpu"), None
+        return "gpu", "{}.{}".format(*torch.cuda.get_device_capability(device))
+    return backend, None
+
+
+def _flash_unavailable(platform, capability, dtype, head_dim, has_bias):
+    """Why no flash kernel computes this attention correctly here; None when one does."""
+    if platform == "tpu":
+        return ("Keras' TPU flash path (the Pallas Splash kernel) computes causal, unscaled "
+                "attention without the bias for a call like this one")
+    if platform != "gpu":
+        return f"Keras has no flash attention kernel for the {platform} platform"
+    if capability is None:
+        return "flash attention needs an NVIDIA GPU (cuDNN), and this GPU reports no CUDA version"
+    if tuple(int(v) for v in str(capability).split(".")[:2]) < (8, 0):
+        return (f"flash attention needs compute capability 8.0 or above (Ampere and later); "
+                f"this GPU has {capability} (a T4 has 7.5)")
+    if keras.backend.standardize_dtype(dtype) not in _HALF_PRECISION:
+        return (f"flash kernels compute in float16 or bfloat16 and this model computes in "
+                f"{keras.backend.standardize_dtype(dtype)} (build it with dtype='mixed_bfloat16')")
+    if head_dim % 8 or head_dim > 128:
+        return f"flash kernels take head dimensions of multiples of 8 up to 128, not {head_dim}"
+    if has_bias:
+        return ("the flash kernels take no additive logits bias, which relative position "
+                "embeddings add (Appendix D.4)")
+    return None
+
+
+def flash_attention_argument(implementation, query, bias=None):
+    """The ``flash_attention`` argument of ``keras.ops.dot_product_attention`` for this call.
+
+    ``query`` is (batch, tokens, heads, head_dim). ``"xla"`` gives ``False`` everywhere.
+    ``"flash"`` gives ``True`` where a flash kernel computes this attention exactly, and raises
+    a ``ValueError`` saying why not elsewhere. ``"auto"`` gives:
+
+    - jax: ``None`` on a GPU where flash is correct (Keras confirms it and runs cuDNN), else
+      ``False``. Never Keras' TPU path: for a call without mask and ``is_causal=False`` it builds
+      a causal mask, passes no bias and leaves q.k unscaled.
+    - torch: ``None``; Keras then forces torch's flash kernel where it accepts the inputs and
+      otherwise lets ``scaled_dot_product_attention`` pick among its kernels, all exact.
+    - tensorflow: ``False`` (Keras has no flash attention there).
+
+    Example:
+    >>> import numpy as np
+    >>> flash_attention_argument("xla", np.zeros((1, 5, 2, 8), "float32"))
+    False
+    """
+    check_attention_implementation(implementation)
+    backend = keras.backend.backend()
+    if implementation == "xla" or (implementation == "auto" and backend == "tensorflow"):
+        return False
+    if implementation == "auto" and backend == "torch":
+        return None
+    platform, capability = _device(query)
+    reason = _flash_unavailable(platform, capability, query.dtype, query.shape[-1],
+                                bias is not None)
+    if implementation == "flash":
+        if reason is not None:
+            raise ValueError(_no_flash(platform, reason))
+        return True
+    return None if reason is None else False
 
 
 def _flat_glorot(fan_in, fan_out):
@@ -49,6 +153,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         attention_dropout_rate: dropout on the attention probabilities (training only).
         relative_position: add learned 1-D relative position logits (a ``RelativePositionLogits``
             sublayer named ``relative_position``, one (2N-1, H, hd) table) before the softmax.
+        attention_implementation: the kernel of the fast path: ``"auto"``, ``"xla"`` or
+            ``"flash"`` (``flash_attention_argument``). The explicit path is always its own.
 
     Call ``layer(x, return_attention_scores=True)`` to also get the (batch, H, N, N) probabilities,
     and ``layer(x, bias=b)`` to add logits ``b`` (broadcastable to (batch, H, N, N)), e.g. a large
@@ -62,11 +168,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     ((2, 5, 32), (2, 4, 5, 5))
     """
 
-    def __init__(self, num_heads, attention_dropout_rate=0.0, relative_position=False, **kwargs):
+    def __init__(self, num_heads, attention_dropout_rate=0.0, relative_position=False,
+                 attention_implementation="auto", **kwargs):
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
         self.attention_dropout_rate = float(attention_dropout_rate)
         self.relative_position = bool(relative_position)
+        self.attention_implementation = check_attention_implementation(attention_implementation)
         self.attention_dropout = keras.layers.Dropout(
             self.attention_dropout_rate, dtype=self.dtype_policy, name="attention_dropout"
         )
@@ -130,10 +238,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             bias = relative if bias is None else relative + ops.cast(bias, relative.dtype)
         explicit = return_attention_scores or (training and self.attention_dropout_rate > 0)
         if not explicit:
-            if bias is None:
-                context = ops.dot_product_attention(q, k, v)
-            else:
-                context = ops.dot_product_attention(q, k, v, bias=ops.cast(bias, q.dtype))
+            bias = None if bias is None else ops.cast(bias, q.dtype)
+            flash = flash_attention_argument(self.attention_implementation, q, bias)
+            context = ops.dot_product_attention(q, k, v, bias=bias, flash_attention=flash)
             return self._output(context)
         # Logits and softmax in float32, also under mixed precision.
         q, k = ops.cast(q, "float32"), ops.cast(k, "float32")
@@ -165,6 +272,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             num_heads=self.num_heads,
             attention_dropout_rate=self.attention_dropout_rate,
             relative_position=self.relative_position,
+            attention_implementation=self.attention_implementation,
         )
         return config
 
@@ -214,8 +322,9 @@ class AxialAttention(MultiHeadSelfAttention):
     """
 
     def __init__(self, num_heads, axis=2, attention_dropout_rate=0.0, relative_position=False,
-                 **kwargs):
-        super().__init__(num_heads, attention_dropout_rate, relative_position, **kwargs)
+                 attention_implementation="auto", **kwargs):
+        super().__init__(num_heads, attention_dropout_rate, relative_position,
+                         attention_implementation, **kwargs)
         self.axis = check_axis(axis)
 
     def build(self, input_shape):

@@ -23,7 +23,11 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_vit.layers.attention import AxialAttention, MultiHeadSelfAttention
+from keras_vit.layers.attention import (
+    AxialAttention,
+    MultiHeadSelfAttention,
+    check_attention_implementation,
+)
 from keras_vit.layers.position import (
     PLACEMENTS,
     POSITION_EMBEDDINGS,
@@ -85,6 +89,9 @@ class EncoderConfig:
         classifier: ``"token"`` prepends a class token; ``"gap"`` does not.
         position_embedding, position_embedding_placement: paper Appendix D.4
             (``keras_vit.VisionTransformer``).
+        attention_implementation: the attention kernel: ``"auto"`` (the fastest exact one for
+            the backend and device), ``"xla"`` or ``"flash"``
+            (``keras_vit.layers.attention.flash_attention_argument``; docs/runtimes.md).
 
     Example:
     >>> config = EncoderConfig(num_layers=2, num_heads=4, mlp_dim=64)
@@ -104,6 +111,7 @@ class EncoderConfig:
     classifier: str = "token"
     position_embedding: str = "learned_1d"
     position_embedding_placement: str = "stem"
+    attention_implementation: str = "auto"
 
     def __post_init__(self):
         for name in ("num_layers", "num_heads", "mlp_dim", "hidden_size"):
@@ -137,6 +145,7 @@ class EncoderConfig:
             raise ValueError(f"Unknown classifier {self.classifier!r}; use one of {CLASSIFIERS}.")
         check_position_options(self.position_embedding, self.position_embedding_placement,
                                self.hidden_size)
+        check_attention_implementation(self.attention_implementation)
         if self.remat and (self.dropout_rate or self.attention_dropout_rate):
             raise ValueError(
                 "remat=True needs dropout_rate=0 and attention_dropout_rate=0: the recomputed "
@@ -292,7 +301,8 @@ class EncoderBlock(keras.layers.Layer):
         dtype = self.dtype_policy
         self.LayerNorm_0 = layer_norm("LayerNorm_0", dtype, config.layer_norm_epsilon)
         attention = dict(attention_dropout_rate=config.attention_dropout_rate,
-                         relative_position=config.relative_position, dtype=dtype,
+                         relative_position=config.relative_position,
+                         attention_implementation=config.attention_implementation, dtype=dtype,
                          name="MultiHeadDotProductAttention_1")
         if self.attention_axis is None:
             self.MultiHeadDotProductAttention_1 = MultiHeadSelfAttention(

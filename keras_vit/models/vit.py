@@ -132,6 +132,11 @@ class VisionTransformer(ConfiguredModel):
             large models. Outputs and gradients are unchanged; needs dropout rates of 0.
         position_embedding_grid: (rows, cols) of patches the position tables are learned at;
             by default the grid of ``image_size``. Needed with ``image_size=None``.
+        attention_implementation: the attention kernel, saved with the model: ``"auto"``
+            (default: the fastest kernel that is exact on this backend and device, never Keras'
+            TPU flash path, which would make the attention causal), ``"xla"`` (the backend's
+            plain attention) or ``"flash"`` (a flash kernel, or an error naming why there is
+            none). Outputs agree to float rounding; docs/runtimes.md lists each runtime's choice.
 
     Any image size: with ``image_size=None`` the model takes images of any height and width that
     ``stride`` divides; the position tables, learned at ``position_embedding_grid``, are
@@ -164,14 +169,15 @@ class VisionTransformer(ConfiguredModel):
                  head_kernel_initializer="zeros", head_bias_init=0.0, num_channels=3,
                  resnet=None, position_embedding="learned_1d",
                  position_embedding_placement="stem", remat=False,
-                 position_embedding_grid=None, layer_norm_epsilon=1e-6, name="vit", dtype=None,
-                 **kwargs):
+                 position_embedding_grid=None, layer_norm_epsilon=1e-6,
+                 attention_implementation="auto", name="vit", dtype=None, **kwargs):
         encoder = EncoderConfig(
             num_layers, num_heads, mlp_dim, hidden_size=hidden_size, dropout_rate=dropout_rate,
             attention_dropout_rate=attention_dropout_rate, approximate_gelu=approximate_gelu,
             layer_norm_epsilon=layer_norm_epsilon, remat=remat, classifier=classifier,
             position_embedding=position_embedding,
-            position_embedding_placement=position_embedding_placement)
+            position_embedding_placement=position_embedding_placement,
+            attention_implementation=attention_implementation)
         args = vit_arguments(
             encoder, image_size, patch_size, num_classes, representation_size,
             head_kernel_initializer, head_bias_init, num_channels, resnet, position_embedding_grid)

@@ -1,0 +1,212 @@
+"""The attention kernel as a setting of the model, and Keras' TPU attention path never taken.
+
+On a TPU, ``keras.ops.dot_product_attention`` with Keras' own choice of kernel runs the Pallas
+Splash kernel with a causal mask, no bias and no 1/sqrt(d) scale, or logs a traceback where the
+token count does not tile. ``tests/tpu_emulation.py`` makes Keras' jax backend behave so on this
+CPU; every ViT here must give the CPU's numbers there, with nothing logged.
+"""
+
+import logging
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit.layers import attention
+from keras_vit.layers.attention import flash_attention_argument
+from keras_vit.layers.encoder import EncoderConfig
+
+BACKEND = keras.backend.backend()
+on_jax = pytest.mark.skipif(BACKEND != "jax", reason="Keras' TPU attention path is jax's")
+
+# tokens: (image size, classifier, position embedding); patches of 4 pixels
+TOKEN_COUNTS = {
+    "17-token": (16, "token", "learned_1d"),
+    "197-token": (56, "token", "learned_1d"),
+    "257-token": (64, "token", "learned_1d"),
+    "256-gap": (64, "gap", "learned_1d"),  # tiles into the kernel's blocks: runs, causally
+    "128-relative": ((32, 64), "gap", "relative"),  # a bias the kernel would drop
+}
+
+
+def _vit(image_size, classifier, position_embedding, **kwargs):
+    keras.utils.set_random_seed(0)
+    return keras_vit.VisionTransformer(
+        image_size, 4, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64, num_classes=10,
+        classifier=classifier, position_embedding=position_embedding,
+        head_kernel_initializer="glorot_uniform", **kwargs)
+
+
+def _images(image_size, batch=2):
+    height, width = (image_size, image_size) if isinstance(image_size, int) else image_size
+    return np.random.default_rng(0).uniform(-1, 1, (batch, height, width, 3)).astype("float32")
+
+
+def _numpy(x):
+    return keras.ops.convert_to_numpy(x)
+
+
+def _relative(a, b):
+    a, b = np.asarray(a, "float64"), np.asarray(b, "float64")
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+def _gradients(model, images, labels):
+    import jax
+
+    trainable = [v.value for v in model.trainable_variables]
+    frozen = [v.value for v in model.non_trainable_variables]
+
+    def loss(weights):
+        logits, _ = model.stateless_call(weights, frozen, images, training=True)
+        return keras.ops.mean(keras.losses.sparse_categorical_crossentropy(
+            labels, logits, from_logits=True))
+
+    return jax.jit(jax.grad(loss))(trainable)
+
+
+@on_jax
+@pytest.mark.parametrize("case", list(TOKEN_COUNTS))
+def test_a_tpu_gives_the_cpus_logits_and_logs_nothing(case, caplog):
+    from tpu_emulation import keras_sees_a_tpu
+
+    image_size, classifier, position = TOKEN_COUNTS[case]
+    model, images = _vit(image_size, classifier, position), _images(image_size)
+    on_cpu = np.asarray(model(images))
+    caplog.set_level(logging.DEBUG)
+    with keras_sees_a_tpu() as splash_calls:
+        eager = np.asarray(model(images))
+        model.make_predict_function(force=True)  # traced again, on the "TPU"
+        compiled = model.predict(images, verbose=0)
+    model.make_predict_function(force=True)
+    assert splash_calls == []
+    assert _relative(eager, on_cpu) <= 1e-5 and _relative(compiled, on_cpu) <= 1e-5
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+
+
+@on_jax
+@pytest.mark.parametrize("case", ["197-token", "128-relative"])
+def test_a_tpu_gives_the_cpus_gradients_and_attention(case, caplog):
+    from tpu_emulation import keras_sees_a_tpu
+
+    image_size, classifier, position = TOKEN_COUNTS[case]
+    model, images = _vit(image_size, classifier, position), _images(image_size)
+    labels = np.array([3, 7])
+    grads_cpu = _gradients(model, images, labels)
+    probs_cpu = model.attention_model()(images)
+    caplog.set_level(logging.DEBUG)
+    with keras_sees_a_tpu() as splash_calls:
+        grads_tpu = _gradients(model, images, labels)
+        probs_tpu = model.attention_model()(images)
+    assert splash_calls == []
+    for tpu, cpu in zip(grads_tpu, grads_cpu):
+        assert _relative(tpu, cpu) <= 1e-5
+    for tpu, cpu in zip(probs_tpu, probs_cpu):
+        np.testing.assert_allclose(np.asarray(tpu), np.asarray(cpu), atol=1e-6)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+
+
+@on_jax
+def test_the_emulation_shows_what_keras_would_do():
+    """The stand-in is Keras' TPU path: left to Keras (flash_attention=None), a 256-token
+    attention comes out causal (the first query sees only itself) and a 197-token one raises
+    inside the kernel and is logged."""
+    from tpu_emulation import keras_sees_a_tpu
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.normal(size=(1, 256, 2, 8)).astype("float32") for _ in range(3))
+    with keras_sees_a_tpu() as splash_calls:
+        keras_tpu = np.asarray(keras.ops.dot_product_attention(q, k, v))
+        ours = np.asarray(keras.ops.dot_product_attention(
+            q, k, v, flash_attention=flash_attention_argument("auto", q)))
+    assert len(splash_calls) == 1 and type(splash_calls[0].masks[0]).__name__ == "CausalMask"
+    np.testing.assert_allclose(keras_tpu[0, 0], v[0, 0], rtol=1e-5)
+    reference = np.asarray(keras.ops.dot_product_attention(q, k, v, flash_attention=False))
+    np.testing.assert_allclose(ours, reference, atol=1e-6)
+    assert _relative(keras_tpu, reference) > 0.1
+
+
+@pytest.mark.parametrize("implementation", ["auto", "xla"])
+def test_every_implementation_gives_the_explicit_softmax(implementation):
+    """The fast path under each setting equals A = softmax(q k^T / sqrt(d) + bias) of the
+    explicit path (the one attention scores come from)."""
+    layer = attention.MultiHeadSelfAttention(
+        4, relative_position=True, attention_implementation=implementation)
+    x = np.random.default_rng(1).normal(size=(2, 9, 32)).astype("float32")
+    fast = layer(x)
+    explicit, _ = layer(x, return_attention_scores=True)
+    np.testing.assert_allclose(_numpy(fast), _numpy(explicit), atol=2e-6)
+
+
+def test_the_setting_is_saved_with_the_model(tmp_path):
+    model = _vit(16, "token", "learned_1d", attention_implementation="xla")
+    assert model.get_config()["attention_implementation"] == "xla"
+    block = model.get_layer("encoderblock_1")
+    assert block.MultiHeadDotProductAttention_1.attention_implementation == "xla"
+    model.save(tmp_path / "vit.keras")
+    loaded = keras.saving.load_model(tmp_path / "vit.keras")
+    assert loaded.get_config()["attention_implementation"] == "xla"
+    images = _images(16)
+    np.testing.assert_allclose(_numpy(loaded(images)), _numpy(model(images)), atol=1e-6)
+    rebuilt = keras_vit.create_model("ViT-Ti/16", image_size=32, num_classes=3,
+                                     attention_implementation="xla")
+    assert rebuilt.encoder.config.attention_implementation == "xla"
+
+
+def test_an_unknown_implementation_is_refused():
+    with pytest.raises(ValueError, match="Unknown attention_implementation 'cudnn'.*'auto'"):
+        EncoderConfig(num_layers=1, num_heads=2, mlp_dim=8, attention_implementation="cudnn")
+    with pytest.raises(ValueError, match="'auto'.*'xla'.*'flash'"):
+        _vit(16, "token", "learned_1d", attention_implementation="splash")
+
+
+def test_flash_where_there_is_none_names_what_is_available():
+    """This machine has no flash kernel: TensorFlow refuses 'flash' when the model is built,
+    jax and torch when it first runs on the CPU; the message names 'auto' and 'xla'."""
+    if BACKEND == "tensorflow":
+        with pytest.raises(ValueError, match="TensorFlow backend.*'auto'.*'xla'"):
+            _vit(16, "token", "learned_1d", attention_implementation="flash")
+        return
+    model = _vit(16, "token", "learned_1d", attention_implementation="flash")
+    with pytest.raises(ValueError, match="not available on a CPU.*'auto'.*'xla'"):
+        model(_images(16))
+
+
+class _Query:
+    """A stand-in query of (batch, tokens, heads, head_dim) on no particular device."""
+
+    def __init__(self, dtype, head_dim=64):
+        self.dtype, self.shape = dtype, (2, 197, 12, head_dim)
+
+
+@pytest.mark.parametrize(
+    "device, dtype, bias, expected",
+    [
+        (("gpu", "9.0"), "bfloat16", False, None),  # H100, mixed_bfloat16: cuDNN flash
+        (("gpu", "8.0"), "float16", False, None),  # A100
+        (("gpu", "9.0"), "float32", False, "float16 or bfloat16"),
+        (("gpu", "7.5"), "float16", False, "a T4 has 7.5"),
+        (("gpu", "9.0"), "bfloat16", True, "bias"),  # relative positions
+        (("tpu", None), "bfloat16", False, "causal"),
+        (("cpu", None), "float32", False, "cpu platform"),
+    ],
+)
+def test_what_each_device_gets(monkeypatch, device, dtype, bias, expected):
+    monkeypatch.setattr(attention, "_device", lambda query: device)
+    query = _Query(dtype)
+    bias = np.zeros((1, 12, 197, 197), dtype) if bias else None
+    auto = flash_attention_argument("auto", query, bias)
+    if BACKEND == "tensorflow":
+        assert auto is False
+        return
+    if BACKEND == "torch":  # Keras asks torch whether its flash kernel takes the inputs
+        assert auto is None
+    else:
+        assert auto is (None if expected is None else False)
+    if expected is None:
+        assert flash_attention_argument("flash", query, bias) is True
+    else:
+        with pytest.raises(ValueError, match=expected):
+            flash_attention_argument("flash", query, bias)
+    assert flash_attention_argument("xla", query, bias) is False
