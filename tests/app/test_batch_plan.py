@@ -91,7 +91,7 @@ TINY_TRAIN = {"set": ["patch_size=7", "hidden_size=16", "num_layers=1", "num_hea
               "batch_size": 32, "warmup_steps": 1, "verbose": 0}
 
 
-def _attention_in_float32(query, key, value, bias=None):
+def _attention_in_float32(query, key, value, bias=None, flash_attention=None):
     """softmax(q k^T / sqrt(d) + bias) v with float32 logits. jax's CPU has no float16 x float16
     -> float32 dot_general, which jax's fused attention asks for (a T4 has it)."""
     ops = keras.ops
