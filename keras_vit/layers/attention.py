@@ -72,7 +72,7 @@ def _device(query):
     return backend, None
 
 
-def _flash_unavailable(platform, capability, dtype, head_dim, has_bias):
+def _flash_unavailable(platform, capability, query, has_bias, training):
     """Why no flash kernel computes this attention correctly here; None when one does."""
     if platform == "tpu":
         return ("Keras' TPU flash path (the Pallas Splash kernel) computes causal, unscaled "
@@ -84,21 +84,33 @@ def _flash_unavailable(platform, capability, dtype, head_dim, has_bias):
     if tuple(int(v) for v in str(capability).split(".")[:2]) < (8, 0):
         return (f"flash attention needs compute capability 8.0 or above (Ampere and later); "
                 f"this GPU has {capability} (a T4 has 7.5)")
-    if keras.backend.standardize_dtype(dtype) not in _HALF_PRECISION:
+    return _flash_refuses(query, has_bias, training)
+
+
+def _flash_refuses(query, has_bias, training):
+    """What in the call itself the flash kernels of a capable GPU refuse; None if nothing."""
+    dtype = keras.backend.standardize_dtype(query.dtype)
+    tokens, head_dim = query.shape[1], query.shape[-1]
+    if dtype not in _HALF_PRECISION:
         return (f"flash kernels compute in float16 or bfloat16 and this model computes in "
-                f"{keras.backend.standardize_dtype(dtype)} (build it with dtype='mixed_bfloat16')")
+                f"{dtype} (build it with dtype='mixed_bfloat16')")
     if head_dim % 8 or head_dim > 128:
         return f"flash kernels take head dimensions of multiples of 8 up to 128, not {head_dim}"
     if has_bias:
         return ("the flash kernels take no additive logits bias, which relative position "
                 "embeddings add (Appendix D.4)")
+    if training and keras.backend.backend() == "jax" and (tokens is None or tokens % 2):
+        return (f"cuDNN's flash attention does not train on an odd or unknown number of tokens "
+                f"({tokens}: a class token makes 197 at 224 px); a 'gap' classifier gives an "
+                f"even count")
     return None
 
 
-def flash_attention_argument(implementation, query, bias=None):
+def flash_attention_argument(implementation, query, bias=None, training=False):
     """The ``flash_attention`` argument of ``keras.ops.dot_product_attention`` for this call.
 
-    ``query`` is (batch, tokens, heads, head_dim). ``"xla"`` gives ``False`` everywhere.
+    ``query`` is (batch, tokens, heads, head_dim), ``training`` whether gradients will be
+    taken. ``"xla"`` gives ``False`` everywhere.
     ``"flash"`` gives ``True`` where a flash kernel computes this attention exactly, and raises
     a ``ValueError`` saying why not elsewhere. ``"auto"`` gives:
 
@@ -121,8 +133,7 @@ def flash_attention_argument(implementation, query, bias=None):
     if implementation == "auto" and backend == "torch":
         return None
     platform, capability = _device(query)
-    reason = _flash_unavailable(platform, capability, query.dtype, query.shape[-1],
-                                bias is not None)
+    reason = _flash_unavailable(platform, capability, query, bias is not None, training)
     if implementation == "flash":
         if reason is not None:
             raise ValueError(_no_flash(platform, reason))
@@ -239,7 +250,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         explicit = return_attention_scores or (training and self.attention_dropout_rate > 0)
         if not explicit:
             bias = None if bias is None else ops.cast(bias, q.dtype)
-            flash = flash_attention_argument(self.attention_implementation, q, bias)
+            flash = flash_attention_argument(self.attention_implementation, q, bias,
+                                             training=bool(training))
             context = ops.dot_product_attention(q, k, v, bias=bias, flash_attention=flash)
             return self._output(context)
         # Logits and softmax in float32, also under mixed precision.

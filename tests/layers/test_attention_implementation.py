@@ -176,37 +176,44 @@ def test_flash_where_there_is_none_names_what_is_available():
 class _Query:
     """A stand-in query of (batch, tokens, heads, head_dim) on no particular device."""
 
-    def __init__(self, dtype, head_dim=64):
-        self.dtype, self.shape = dtype, (2, 197, 12, head_dim)
+    def __init__(self, dtype, tokens=197, head_dim=64):
+        self.dtype, self.shape = dtype, (2, tokens, 12, head_dim)
+
+
+H100, T4 = ("gpu", "9.0"), ("gpu", "7.5")
 
 
 @pytest.mark.parametrize(
-    "device, dtype, bias, expected",
+    "device, dtype, bias, tokens, training, expected",
     [
-        (("gpu", "9.0"), "bfloat16", False, None),  # H100, mixed_bfloat16: cuDNN flash
-        (("gpu", "8.0"), "float16", False, None),  # A100
-        (("gpu", "9.0"), "float32", False, "float16 or bfloat16"),
-        (("gpu", "7.5"), "float16", False, "a T4 has 7.5"),
-        (("gpu", "9.0"), "bfloat16", True, "bias"),  # relative positions
-        (("tpu", None), "bfloat16", False, "causal"),
-        (("cpu", None), "float32", False, "cpu platform"),
+        (H100, "bfloat16", False, 197, False, None),  # mixed_bfloat16: cuDNN or torch flash
+        (("gpu", "8.0"), "float16", False, 197, False, None),  # A100
+        (H100, "bfloat16", False, 196, True, None),  # GAP trains on flash
+        (H100, "bfloat16", False, 197, True, "odd"),  # refused by cuDNN's backward (jax only)
+        (H100, "float32", False, 197, False, "float16 or bfloat16"),
+        (T4, "float16", False, 197, False, "a T4 has 7.5"),
+        (H100, "bfloat16", True, 197, False, "bias"),  # relative positions
+        (("tpu", None), "bfloat16", False, 256, False, "causal"),
+        (("cpu", None), "float32", False, 197, False, "cpu platform"),
     ],
 )
-def test_what_each_device_gets(monkeypatch, device, dtype, bias, expected):
+def test_what_each_device_gets(monkeypatch, device, dtype, bias, tokens, training, expected):
     monkeypatch.setattr(attention, "_device", lambda query: device)
-    query = _Query(dtype)
-    bias = np.zeros((1, 12, 197, 197), dtype) if bias else None
-    auto = flash_attention_argument("auto", query, bias)
+    query = _Query(dtype, tokens)
+    bias = np.zeros((1, 12, tokens, tokens), dtype) if bias else None
+    auto = flash_attention_argument("auto", query, bias, training)
     if BACKEND == "tensorflow":
         assert auto is False
         return
     if BACKEND == "torch":  # Keras asks torch whether its flash kernel takes the inputs
         assert auto is None
+        if expected == "odd":  # torch's flash kernel trains on any token count
+            expected = None
     else:
         assert auto is (None if expected is None else False)
     if expected is None:
-        assert flash_attention_argument("flash", query, bias) is True
+        assert flash_attention_argument("flash", query, bias, training) is True
     else:
         with pytest.raises(ValueError, match=expected):
-            flash_attention_argument("flash", query, bias)
-    assert flash_attention_argument("xla", query, bias) is False
+            flash_attention_argument("flash", query, bias, training)
+    assert flash_attention_argument("xla", query, bias, training) is False
