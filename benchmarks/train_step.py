@@ -56,8 +56,9 @@ MODELS = {
                     classifier="token", batch=8, steps=3),
 }
 KERAS_BACKENDS = ("jax", "tensorflow", "torch")
+# Options that build the model rather than compile it.
 SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "mlp_dim", "classifier", "patch_size",
-              "resnet")
+              "resnet", "attention_implementation")
 IMPLEMENTATIONS = (*KERAS_BACKENDS, "timm", "timm-compile")
 # Dense (no sparsity) bf16 peaks in TFLOP/s, from the vendors' data sheets.
 PEAK_BF16_TFLOPS = {"H100 80GB HBM3": 989.0, "H100 PCIe": 756.0, "H100 NVL": 835.0,
@@ -100,11 +101,26 @@ def _data(spec, batch, steps, channels_last):
 # Workers: each answers "go" on stdin with one JSON line of seconds per step on stdout.
 
 
-def _keras_worker(spec, options, args):
+def keras_model(spec, image_size=None, **overrides):
+    """keras_vit's model of ``spec``'s shape (at ``image_size``, by default the spec's);
+    ``overrides``: ``create_model`` arguments over the spec's (``dtype``,
+    ``attention_implementation``...)."""
+    from keras_vit import create_model
+
+    arguments = {k: spec[k] for k in SHAPE_KEYS if k in spec}
+    arguments.update(overrides)
+    return create_model(spec["name"], image_size=image_size or spec["image_size"],
+                        num_classes=spec["num_classes"], num_channels=spec["channels"],
+                        **arguments)
+
+
+def keras_training(spec, options, args):
+    """(model, run): keras_vit's model compiled with the step of `keras-vit train`; ``run()``
+    trains ``args.steps`` steps of ``args.batch`` from host memory and returns (wall seconds,
+    CPU seconds), the device synchronised."""
     import keras
     import numpy as np
 
-    from keras_vit import create_model
     from keras_vit.training.recipes import classification_loss, pretraining_optimizer
 
     # Options that are not model.compile's: the model's shape and the dtype policy (issue 26:
@@ -113,11 +129,7 @@ def _keras_worker(spec, options, args):
     policy = options.pop("dtype_policy", "mixed_bfloat16" if args.device == "gpu" else None)
     if policy:
         keras.config.set_dtype_policy(policy)
-    overrides = {k: spec[k] for k in SHAPE_KEYS if k in spec}
-    overrides.update(shape)
-    model = create_model(spec["name"], image_size=spec["image_size"],
-                         num_classes=spec["num_classes"], num_channels=spec["channels"],
-                         **overrides)
+    model = keras_model(spec, **shape)
     total = 10_000
     model.compile(
         optimizer=pretraining_optimizer(total, learning_rate=LEARNING_RATE, warmup_steps=100,
@@ -143,27 +155,41 @@ def _keras_worker(spec, options, args):
                   callbacks=[clock])
         return clock.seconds
 
-    return run
+    return model, run
 
 
-def _timm_worker(spec, compiled, options, args):
+def timm_model(spec, options, image_size=None):
+    """timm's ``VisionTransformer`` of ``spec``'s shape (at ``image_size``, by default the
+    spec's), on the CPU; ``options["gelu"]``: ``"tanh"`` (keras_vit's, the default) or
+    ``"erf"`` (timm's own)."""
     _import_timm()
     import functools
 
     import torch
-    import torch.nn.functional as F
     from timm.models.vision_transformer import VisionTransformer
 
-    device = "cuda" if args.device == "gpu" else "cpu"
     gap = spec["classifier"] == "gap"
-    model = VisionTransformer(
-        img_size=spec["image_size"], patch_size=int(spec["name"].split("/")[1]),
+    return VisionTransformer(
+        img_size=image_size or spec["image_size"], patch_size=int(spec["name"].split("/")[1]),
         in_chans=spec["channels"], num_classes=spec["num_classes"],
         embed_dim=spec["hidden_size"], depth=spec["num_layers"], num_heads=spec["num_heads"],
         mlp_ratio=spec["mlp_dim"] / spec["hidden_size"], class_token=not gap,
         global_pool="avg" if gap else "token", fc_norm=False,
         act_layer=functools.partial(torch.nn.GELU, approximate=GELU[options.get("gelu", "tanh")]),
-    ).to(device)
+    )
+
+
+def timm_training(spec, compiled, options, args, mixed=None, backend="inductor"):
+    """(model, forward, run): timm's model trained by the loop a PyTorch user writes, with the
+    optimizer, clipping and loss of `keras-vit train`; ``forward`` is the model, or its
+    ``torch.compile``; ``run()`` trains ``args.steps`` steps of ``args.batch`` from (pinned)
+    host memory and returns (wall seconds, CPU seconds), the device synchronised. ``mixed``:
+    bf16 autocast (by default on a GPU); ``backend``: ``torch.compile``'s."""
+    import torch
+    import torch.nn.functional as F
+
+    device = "cuda" if args.device == "gpu" else "cpu"
+    model = timm_model(spec, options).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE,
                                   weight_decay=WEIGHT_DECAY, eps=1e-8)
     total, warmup = 10_000, 100
@@ -174,14 +200,15 @@ def _timm_worker(spec, compiled, options, args):
         return 0.5 * (1 + math.cos(math.pi * (step - warmup) / (total - warmup)))
 
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, multiplier)
-    forward = torch.compile(model) if compiled else model
+    forward = torch.compile(model, backend=backend) if compiled else model
     images, labels = _data(spec, args.batch, args.steps, channels_last=False)
     # Batches come from host memory, as from a DataLoader(pin_memory=True) (and as Keras' fit
     # takes them from the arrays).
     images, labels = torch.from_numpy(images), torch.from_numpy(labels)
     if device == "cuda":
         images, labels = images.pin_memory(), labels.pin_memory()
-    autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=args.device == "gpu")
+    mixed = args.device == "gpu" if mixed is None else mixed
+    autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=mixed)
 
     def step(x, y):
         with autocast:
@@ -206,7 +233,7 @@ def _timm_worker(spec, compiled, options, args):
         accuracy.item()
         return time.perf_counter() - start[0], _cpu_seconds() - start[1]
 
-    return run
+    return model, forward, run
 
 
 def _import_timm():
@@ -247,9 +274,9 @@ def worker(args):
     impl, _, option_text = args.worker.partition(":")
     options = _options(option_text, impl)
     if impl in KERAS_BACKENDS:
-        run = _keras_worker(spec, options, args)
+        run = keras_training(spec, options, args)[1]
     else:
-        run = _timm_worker(spec, impl == "timm-compile", options, args)
+        run = timm_training(spec, impl == "timm-compile", options, args)[2]
     for _ in range(args.warmup):
         run()
     uses_torch = impl not in KERAS_BACKENDS or impl == "torch"
