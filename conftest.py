@@ -2,6 +2,97 @@
 # an application of the library: where the user chose no backend (no KERAS_BACKEND, no
 # keras.json of their own) it takes the one `keras-vit` would, so that `python -m pytest` after
 # the README's install (no TensorFlow) runs on jax instead of failing in `import keras`.
+import importlib.util
+
+import pytest
+
 from keras_vit.app.backend_choice import choose_backend
 
 choose_backend()
+
+
+# The fixtures below serve doctests and tests alike (a doctest must not depend on a test having
+# run before it).
+@pytest.fixture(scope="session", autouse=True)
+def download_mirror(tmp_path_factory):
+    """Every test and doctest downloads Fashion-MNIST, as a user without the data does: from a
+    mirror on 127.0.0.1 (``tests/mirror.py``) into a fresh Keras cache, no system folder searched.
+
+    The mirror serves the real files, found where ``keras_vit`` would look for them now, and
+    they are downloaded once before the first test (the download's progress bar would otherwise
+    be part of whichever test ran first); where there are none, the loaders raise their one
+    error that says how to get the data.
+    Yields the mirror folder (tests may add files to it) and its URL.
+    """
+    from keras_vit.data import offline
+    from tests import mirror
+
+    try:
+        source = offline.fashion_mnist_dir(download=False)
+    except FileNotFoundError:
+        source = None
+    root = tmp_path_factory.mktemp("mirror")
+    mirror.build(root, fashion_mnist=source)
+    url, server = mirror.serve(root)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KERAS_VIT_MIRROR", url)
+        patch.setenv("KERAS_HOME", str(tmp_path_factory.mktemp("keras_home")))
+        patch.setenv("KERAS_VIT_SYSTEM_DATASETS", "")
+        patch.delenv("KERAS_VIT_FASHION_MNIST", raising=False)
+        if source is not None:  # downloaded now: no test's output depends on its coming first
+            offline.fashion_mnist_dir(download=True)
+        yield root, url
+    server.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    """Every test and doctest starts from seed 0, whatever ran before it (tests run in random
+    order where pytest-randomly is installed)."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    yield
+
+
+# Doctests that use an optional package: skipped, saying which, where it is not installed (the
+# tests of their functions skip the same way, with pytest.importorskip).
+DOCTEST_NEEDS = {
+    "keras_vit.checkpoints.export.export_model": ("onnx",),
+    "keras_vit.checkpoints.formats.save_checkpoint": ("safetensors",),  # a timm .safetensors
+    "keras_vit.checkpoints.keras_hub.from_keras_hub": ("keras_hub",),
+    "keras_vit.checkpoints.keras_hub.to_keras_hub": ("keras_hub",),
+}
+# Modules that import an optional package as they load: their doctests cannot be collected.
+MODULE_NEEDS = {"keras_vit/data/tfdata.py": ("tensorflow",)}
+
+
+def _missing(modules):
+    return [name for name in modules if importlib.util.find_spec(name) is None]
+
+
+class _NeedsPackages(pytest.File):
+    def collect(self):
+        pytest.skip(f"needs {', '.join(self.missing)}, which is not installed")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collect_file(file_path, parent):
+    collectors = yield
+    root = parent.config.rootpath
+    relative = file_path.relative_to(root).as_posix() if file_path.is_relative_to(root) else ""
+    missing = _missing(MODULE_NEEDS.get(relative, ()))
+    if missing and collectors:
+        skipped = _NeedsPackages.from_parent(parent, path=file_path)
+        skipped.missing = missing
+        return [skipped]
+    return collectors
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        missing = _missing(DOCTEST_NEEDS.get(item.name, ())) if isinstance(
+            item, pytest.DoctestItem) else []
+        if missing:
+            item.add_marker(pytest.mark.skip(reason=f"needs {', '.join(missing)}, which is not "
+                                             "installed"))

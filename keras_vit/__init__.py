@@ -5,11 +5,13 @@ Example:
 >>> model = keras_vit.create_model("ViT-Ti/4", image_size=28, num_classes=10, num_channels=1)
 
 Importing the package defines names and nothing more: the public names below load their modules
-(and Keras) on first use (PEP 562), so ``import keras_vit`` is fast and has no side effects. The
+(and Keras) on first use (PEP 562), as do the subpackages and modules
+(``keras_vit.models.registry.model_config``), so ``import keras_vit`` is fast and has no side
+effects, and every module is reached by attribute whatever was imported before. The
 ``keras-vit`` command, which chooses a backend, is the application ``keras_vit.app``.
 """
 
-from keras_vit import _deprecated
+from keras_vit import _deprecated, _submodules
 
 __version__ = "0.1.0"
 
@@ -83,21 +85,14 @@ if TYPE_CHECKING:
     from keras_vit.models.vit import VisionTransformer
     from keras_vit.pretrained import create_model
 
-
-# Subpackages that the import used to load with all of the modules above: a program may reach
-# into them after a bare ``import keras_vit`` (``keras_vit.models.compute.TABLE_6``).
-_LOADED_WITH_THE_API = ("checkpoints", "layers", "models", "pretrained")
+_submodule, _submodule_names = _submodules.attribute_hook(__name__)
 
 
 def __getattr__(name):
     import importlib
 
-    if name in _LOADED_WITH_THE_API:
-        for module in set(_ORIGINS.values()) - {""}:
-            importlib.import_module(module)
-        return globals()[name]  # set by the imports, as a subpackage's attribute
     if name not in _ORIGINS:
-        raise AttributeError(f"module 'keras_vit' has no attribute {name!r}")
+        return _submodule(name)  # keras_vit.models, keras_vit.runtime, ... or AttributeError
     origin = _ORIGINS[name]
     value = (importlib.import_module(f"keras_vit.{name}") if not origin
              else getattr(importlib.import_module(origin), name))
@@ -106,4 +101,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted({*globals(), *__all__})
+    return sorted({*_submodule_names(), *__all__})

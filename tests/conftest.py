@@ -23,40 +23,6 @@ def fixture_path(name):
     return os.path.join(FIXTURES, name)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def download_mirror(tmp_path_factory):
-    """Every test downloads Fashion-MNIST, as a user without the data does: from a mirror on
-    127.0.0.1 (``tests/mirror.py``) into a fresh Keras cache, no system folder searched.
-
-    The mirror serves the real files, found where ``keras_vit`` would look for them now; where
-    there are none, the loaders raise their one error that says how to get the data.
-    Yields the mirror folder (tests may add files to it) and its URL.
-    """
-    from keras_vit.data import offline
-    from tests import mirror
-
-    try:
-        source = offline.fashion_mnist_dir(download=False)
-    except FileNotFoundError:
-        source = None
-    root = tmp_path_factory.mktemp("mirror")
-    mirror.build(root, fashion_mnist=source)
-    url, server = mirror.serve(root)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("KERAS_VIT_MIRROR", url)
-        patch.setenv("KERAS_HOME", str(tmp_path_factory.mktemp("keras_home")))
-        patch.setenv("KERAS_VIT_SYSTEM_DATASETS", "")
-        patch.delenv("KERAS_VIT_FASHION_MNIST", raising=False)
-        yield root, url
-    server.shutdown()
-
-
-@pytest.fixture(autouse=True)
-def _seed():
-    keras.utils.set_random_seed(0)
-    yield
-
-
 @pytest.fixture
 def images():
     return np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")

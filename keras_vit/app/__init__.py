@@ -10,7 +10,11 @@
 - ``errors``: ``UsageError``, what a command reports as one line instead of a traceback.
 """
 
+from keras_vit import _submodules
 from keras_vit.app import backend_choice
+
+# Modules not imported above are imported when first reached as attributes.
+__getattr__, __dir__ = _submodules.attribute_hook(__name__)
 
 
 def main(argv=None):

@@ -32,6 +32,7 @@ from contextlib import nullcontext
 
 import keras
 
+from keras_vit import _optional
 from keras_vit.checkpoints.base import write_atomically
 from keras_vit.layers.encoder import gelu_through_erf
 
@@ -97,6 +98,7 @@ def export_model(model, path, format=None, batch_size=None):
     """
     format = format or detect_format(path)
     _check(model, format)
+    _need_packages(format)
     if format == "onnx":
         if batch_size is None and keras.backend.backend() == "torch":
             batch_size = 1
@@ -109,12 +111,25 @@ def export_model(model, path, format=None, batch_size=None):
         write_atomically(path, lambda tmp: _write_tflite(model, tmp, batch_size))
 
 
+def _need_packages(format):
+    """Refuse an export whose packages are missing before anything is traced or written."""
+    if format == "onnx":
+        _optional.need("onnx", "ONNX export")  # to check the written graph
+    else:  # Keras writes a SavedModel with TensorFlow under every backend
+        _optional.need("tensorflow", f"{format} export")
+
+
 def _write_onnx(model, path, batch_size):
     signature = _signature(model, batch_size)
     # tf2onnx has no Erfc (TensorFlow's exact GELU); the erf form converts.
     erf_gelu = gelu_through_erf() if keras.backend.backend() == "tensorflow" else nullcontext()
-    with erf_gelu:
-        model.export(path, format="onnx", input_signature=signature, verbose=False)
+    try:
+        with erf_gelu:
+            model.export(path, format="onnx", input_signature=signature, verbose=False)
+    except ImportError as error:  # the converter Keras uses (its version and backend decide)
+        raise ModuleNotFoundError(
+            f"ONNX export under {keras.backend.backend()} needs a converter that is missing "
+            f'({error}): pip install "keras-vit-paper[interop]".', name=error.name) from error
     _check_onnx_ops(path)
 
 
@@ -138,12 +153,8 @@ def _check_onnx_ops(path):
 
 
 def _write_tflite(model, path, batch_size):
-    try:
-        import tensorflow as tf
-    except ImportError as error:
-        raise ImportError(
-            "TFLite export converts a SavedModel with TensorFlow: pip install tensorflow-cpu"
-        ) from error
+    import tensorflow as tf  # there: _need_packages
+
     workdir = tempfile.mkdtemp(prefix="keras_vit-savedmodel-")
     try:
         saved = os.path.join(workdir, "saved_model")

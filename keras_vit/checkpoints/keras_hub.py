@@ -28,28 +28,18 @@ Differences, and how they are handled:
 """
 
 import math
+import sys
 import warnings
 
 import keras
 import numpy as np
 
+from keras_vit import _optional
 from keras_vit.checkpoints import official
 from keras_vit.checkpoints.base import assign, export
 from keras_vit.checkpoints.capabilities import check_expressible
 from keras_vit.layers.encoder import LAYER_NORM_EPSILON
 from keras_vit.models.vit import VisionTransformer
-
-
-def _keras_hub():
-    try:
-        import keras_hub
-    except ImportError as error:
-        raise ImportError(
-            "keras-hub interop needs the keras-hub package: pip install 'keras-vit-paper[hub]' "
-            "(or pip install keras-hub)."
-        ) from error
-    return keras_hub
-
 
 # keras_vit constructor argument <-> keras-hub ViTBackbone argument, the same value both ways.
 _CONFIG = (
@@ -126,7 +116,7 @@ def from_keras_hub(model):
     >>> vit.num_classes, vit.approximate_gelu
     (3, False)
     """
-    backbone, classifier = _split_hub_model(model, _keras_hub())
+    backbone, classifier = _split_hub_model(model)
     _check_hub_backbone(backbone)
     if classifier is not None:
         _check_hub_classifier(classifier, backbone)
@@ -141,14 +131,18 @@ def from_keras_hub(model):
     return vit
 
 
-def _split_hub_model(model, keras_hub):
-    """(backbone, classifier or None) of a keras-hub ViTImageClassifier or ViTBackbone."""
+def _split_hub_model(model):
+    """(backbone, classifier or None) of a keras-hub ViTImageClassifier or ViTBackbone.
+
+    keras-hub is not imported: a keras-hub model exists only where keras-hub is imported.
+    """
+    keras_hub = sys.modules.get("keras_hub")
     classifier = None
-    if isinstance(model, keras_hub.models.ViTImageClassifier):
+    if keras_hub is not None and isinstance(model, keras_hub.models.ViTImageClassifier):
         classifier, backbone = model, model.backbone
     else:
         backbone = model
-    if not isinstance(backbone, keras_hub.models.ViTBackbone):
+    if keras_hub is None or not isinstance(backbone, keras_hub.models.ViTBackbone):
         raise TypeError(
             f"from_keras_hub expects a keras_hub.models.ViTBackbone or ViTImageClassifier (with a "
             f"ViTBackbone), got {type(backbone).__name__}."
@@ -241,8 +235,8 @@ def to_keras_hub(model, *, strict=True):
     >>> type(to_keras_hub(vit)).__name__
     'ViTImageClassifier'
     """
-    keras_hub = _keras_hub()
     check_expressible(model, "keras_hub", strict)
+    keras_hub = _optional.need("keras_hub", "to_keras_hub")
     backbone = keras_hub.models.ViTBackbone(**_hub_backbone_config(model))
     classifier = None
     if model.num_classes is not None:

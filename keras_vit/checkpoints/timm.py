@@ -30,6 +30,7 @@ import re
 
 import numpy as np
 
+from keras_vit import _optional
 from keras_vit.checkpoints import resnet
 from keras_vit.checkpoints.base import (
     Entry,
@@ -91,28 +92,18 @@ def read_state_dict(path):
 
 
 def _read_safetensors(path):
-    try:
-        from safetensors.numpy import load_file
-    except ImportError as error:
-        raise ImportError(
-            "Reading .safetensors needs the safetensors package: pip install safetensors"
-        ) from error
+    load_file = _optional.need("safetensors.numpy", "Reading .safetensors").load_file
     try:
         return load_file(path)
     except TypeError:  # bfloat16 has no numpy dtype: go through torch
+        _optional.need("torch", "Reading bfloat16 tensors from .safetensors")
         from safetensors.torch import load_file as load_torch
 
         return {k: _torch_to_numpy(v) for k, v in load_torch(path).items()}
 
 
 def _read_torch(path):
-    try:
-        import torch
-    except ImportError as error:
-        raise ImportError(
-            "Reading .pth/.bin state dicts needs PyTorch (pip install torch), or save the file "
-            "as .safetensors."
-        ) from error
+    torch = _optional.need("torch", "Reading a .pth/.bin state dict (or one saved as .safetensors)")
     state = torch.load(path, map_location="cpu", weights_only=True)
     for wrapper in ("state_dict", "model", "state_dict_ema"):
         if isinstance(state, dict) and isinstance(state.get(wrapper), dict):
@@ -135,12 +126,10 @@ def write_state_dict(path, arrays):
     """Write ``arrays`` as ``.safetensors`` or, for ``.pth``/``.bin``/``.pt``, ``torch.save``."""
     path = os.fspath(path)
     if path.endswith(".safetensors"):
-        from safetensors.numpy import save_file
-
+        save_file = _optional.need("safetensors.numpy", "Writing .safetensors").save_file
         write_atomically(path, lambda tmp: save_file(arrays, tmp, metadata={"format": "pt"}))
     elif path.endswith((".pth", ".bin", ".pt")):
-        import torch
-
+        torch = _optional.need("torch", "Writing a .pth/.bin/.pt state dict")
         tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
         write_atomically(path, lambda tmp: torch.save(tensors, tmp))
     else:

@@ -24,6 +24,7 @@ import os
 
 import numpy as np
 
+from keras_vit import _optional
 from keras_vit.checkpoints.base import (
     Entry,
     assign,
@@ -231,10 +232,9 @@ def load(path, *, image_size=None, num_classes=None, drop_pre_logits=False, **ov
 
 def save(model, path):
     """Write ``model`` as a transformers folder (``config.json`` + ``model.safetensors``)."""
-    from safetensors.numpy import save_file
-
-    arrays = export(table(model))
+    arrays = export(table(model))  # refuses what transformers cannot hold, before the import
     config = hf_config(model)
+    save_file = _optional.need("safetensors.numpy", "Writing a transformers folder").save_file
 
     def write(folder):
         os.makedirs(folder)

@@ -9,6 +9,7 @@ Example:
 10
 """
 
+from keras_vit import _submodules
 from keras_vit.data.arrays import Batches, Examples, from_arrays
 from keras_vit.data.class_names import imagenet2012_class_names
 from keras_vit.data.datasets import (
@@ -24,6 +25,9 @@ from keras_vit.data.datasets import (
 )
 from keras_vit.data.offline import fashion_mnist_dir, load_digits, load_fashion_mnist
 from keras_vit.data.preprocessing import bit_resolution, mixup, preprocess, to_unit_range
+
+# Modules not imported above are imported when first reached as attributes.
+__getattr__, __dir__ = _submodules.attribute_hook(__name__)
 
 __all__ = [
     "DATASETS",

@@ -11,12 +11,13 @@ test split is ``validation``); any other split string (``"train[:98%]"``) goes t
 """
 
 import dataclasses
+import sys
 
 import numpy as np
 
 from keras_vit.data import arrays, offline
 from keras_vit.data.arrays import Examples, from_arrays
-from keras_vit.data.preprocessing import bit_resolution
+from keras_vit.data.preprocessing import bit_resolution, check_augmentation
 from keras_vit.distribution import check_batch_size, num_replicas
 
 
@@ -117,8 +118,7 @@ def take_per_class(examples, examples_per_class, num_classes, *, seed=0):
     """
     if isinstance(examples, Examples):
         return arrays.take_per_class(examples, examples_per_class, num_classes, seed=seed)
-    from keras_vit.data import tfdata
-
+    tfdata = _tfdata(examples, "take_per_class")
     return tfdata.take_per_class(examples, examples_per_class, num_classes, seed=seed)
 
 
@@ -157,7 +157,8 @@ def pipeline(examples, *, batch_size, image_size, num_classes, training, augment
     ((4, 28, 28, 1), (4, 10))
     """
     replicas = num_replicas() if replicas is None else int(replicas)
-    check_batch_size(batch_size, replicas)
+    _check_pipeline(batch_size=batch_size, image_size=image_size, augmentation=augmentation,
+                    resize_size=resize_size, evaluation=evaluation, replicas=replicas)
     options = dict(batch_size=batch_size, image_size=image_size, num_classes=num_classes,
                    training=training, augmentation=augmentation, resize_size=resize_size,
                    flip=flip, channels=channels, evaluation=evaluation, mixup_alpha=mixup_alpha,
@@ -166,9 +167,26 @@ def pipeline(examples, *, batch_size, image_size, num_classes, training, augment
         if tf_options:
             raise TypeError(f"Unexpected options for in-memory examples: {sorted(tf_options)}.")
         return arrays.Batches(examples, **options)
+    return _tfdata(examples, "pipeline").pipeline(examples, cache=cache, **options, **tf_options)
+
+
+def _check_pipeline(*, batch_size, image_size, augmentation="resize_crop", resize_size=None,
+                    evaluation="resize", replicas=None, **_):
+    """Refuse options ``pipeline`` would refuse (its defaults), before any data is loaded."""
+    check_batch_size(batch_size, num_replicas() if replicas is None else int(replicas))
+    check_augmentation(augmentation, image_size, resize_size, evaluation)
+
+
+def _tfdata(examples, what):
+    """``keras_vit.data.tfdata`` for a ``tf.data.Dataset``; anything else is refused without
+    importing TensorFlow (a dataset exists only where TensorFlow is imported)."""
+    tf = sys.modules.get("tensorflow")
+    if tf is None or not isinstance(examples, tf.data.Dataset):
+        raise TypeError(f"{what} takes Examples (from_arrays, load_examples) or a "
+                        f"tf.data.Dataset, got {type(examples).__name__}.")
     from keras_vit.data import tfdata
 
-    return tfdata.pipeline(examples, cache=cache, **options, **tf_options)
+    return tfdata
 
 
 def resolution(name, image_size=None):
@@ -213,13 +231,15 @@ def load(name, split="train", *, batch_size, image_size=None, training=None, dat
     training = split == "train" if training is None else bool(training)
     image_size, resize_size = resolution(name, image_size)
     pipeline_args.setdefault("resize_size", resize_size)
+    options = dict(batch_size=batch_size, image_size=image_size, num_classes=info.num_classes,
+                   training=training, seed=seed, **pipeline_args)
+    _check_pipeline(**options)  # before the data, and TensorFlow for a tfds dataset, is loaded
     examples = load_examples(name, split, data_dir=data_dir, max_examples=max_examples,
                              shuffle_files=training)
     if examples_per_class is not None:
         examples = take_per_class(examples, examples_per_class, info.num_classes, seed=seed)
-        pipeline_args.setdefault("cache", True)
-    return pipeline(examples, batch_size=batch_size, image_size=image_size,
-                    num_classes=info.num_classes, training=training, seed=seed, **pipeline_args)
+        options.setdefault("cache", True)
+    return pipeline(examples, **options)
 
 
 def as_arrays(dataset):

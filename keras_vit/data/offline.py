@@ -17,6 +17,8 @@ import struct
 
 import numpy as np
 
+from keras_vit import _optional
+
 SYSTEM_DATASETS = "/usr/share/datasets"  # Debian's dataset-* packages; $KERAS_VIT_SYSTEM_DATASETS
 # The origin keras.datasets.fashion_mnist downloads from, and the SHA-256 of each file's
 # decompressed IDX content (the .gz bytes differ between copies that were recompressed).
@@ -157,17 +159,10 @@ def load_digits(*, test_fraction=0.5, seed=0):
     >>> x.shape[1:], len(x) + len(xt), sorted(set(y.tolist())) == list(range(10))
     ((8, 8, 1), 1797, True)
     """
-    try:  # an optional package (the train and notebooks extras), imported only here
-        from sklearn.datasets import load_digits as sklearn_digits
-    except ImportError as error:
-        raise ImportError(
-            "The digits dataset comes with scikit-learn: pip install \"keras-vit-paper[train]\" "
-            "(or pip install scikit-learn)."
-        ) from error
-
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}.")
-    bunch = sklearn_digits()
+    # an optional package (the train and notebooks extras), imported only here
+    bunch = _optional.need("sklearn.datasets", "The digits dataset").load_digits()
     images = np.round(bunch.images * (255.0 / 16.0)).astype(np.uint8)[..., None]
     labels = bunch.target.astype(np.int64)
     rng = np.random.default_rng(seed)

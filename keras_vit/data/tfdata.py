@@ -8,16 +8,12 @@ The preprocessing is that of ``keras_vit.data.preprocessing`` (see there), writt
 of vit_jax's ``input_pipeline`` and big_vision's ``resize_small|central_crop|value_range``.
 """
 
-try:
-    import tensorflow as tf
-except ImportError as error:  # e.g. a Colab TPU runtime, which has no TensorFlow
-    raise ImportError(
-        "The tensorflow-datasets datasets need TensorFlow and tensorflow-datasets: "
-        "`pip install tensorflow-cpu tensorflow-datasets` (or `tensorflow` for a GPU). "
-        "Fashion-MNIST, digits and in-memory arrays need neither."
-    ) from error
-
+from keras_vit import _optional
 from keras_vit.data.preprocessing import check_augmentation, per_image
+
+# Missing e.g. on a Colab TPU runtime, which has no TensorFlow.
+tf = _optional.need("tensorflow", "The tf.data path (the tensorflow-datasets datasets; "
+                    "Fashion-MNIST, digits and in-memory arrays need no TensorFlow)", extra="tfds")
 
 
 def to_unit_range(images):
@@ -202,11 +198,7 @@ def mixup(images, labels, alpha, seed=None):
 
 def load_tfds(tfds_name, split, *, channels, data_dir=None, shuffle_files=False):
     """Raw ``(uint8 image, int64 label)`` examples of a tensorflow-datasets dataset."""
-    try:
-        import tensorflow_datasets as tfds
-    except ImportError as error:
-        raise ImportError(f"The dataset {tfds_name!r} comes from tensorflow-datasets: "
-                          "`pip install tensorflow-datasets`.") from error
+    tfds = _optional.need("tensorflow_datasets", f"The dataset {tfds_name!r}")
     dataset = tfds.load(tfds_name, split=split, as_supervised=True, data_dir=data_dir,
                         shuffle_files=shuffle_files)
     return dataset.map(lambda x, y: (tf.ensure_shape(x, [None, None, channels]), y))

@@ -6,6 +6,8 @@ linear model could not, so the notebooks print this number beside each of theirs
 
 import numpy as np
 
+from keras_vit import _optional
+
 
 def _flat(images, what):
     images = np.asarray(images, np.float64)
@@ -40,13 +42,6 @@ def pixel_baseline(x_train, y_train, x_test, y_test, *, l2_reg=1e-2, max_iter=10
     >>> pixel_baseline(x, [0, 0, 1, 1], x, [0, 0, 1, 1])
     1.0
     """
-    try:
-        from sklearn.linear_model import LogisticRegression
-    except ImportError as error:
-        raise ImportError(
-            "pixel_baseline needs scikit-learn: pip install scikit-learn "
-            "(or keras-vit-paper[notebooks])."
-        ) from error
     x_train, x_test = _flat(x_train, "x_train"), _flat(x_test, "x_test")
     if x_train.shape[1] != x_test.shape[1]:
         raise ValueError(
@@ -55,9 +50,10 @@ def pixel_baseline(x_train, y_train, x_test, y_test, *, l2_reg=1e-2, max_iter=10
         )
     if l2_reg <= 0:
         raise ValueError(f"l2_reg must be positive, got {l2_reg}.")
+    linear_model = _optional.need("sklearn.linear_model", "pixel_baseline")
     mean = x_train.mean(axis=0)
     std = x_train.std(axis=0) + 1e-6  # constant pixels (image borders) stay 0
-    classifier = LogisticRegression(C=1.0 / (l2_reg * len(x_train)), max_iter=max_iter)
+    classifier = linear_model.LogisticRegression(C=1.0 / (l2_reg * len(x_train)), max_iter=max_iter)
     classifier.fit((x_train - mean) / std, np.asarray(y_train).reshape(-1))
     predictions = classifier.predict((x_test - mean) / std)
     return float(np.mean(predictions == np.asarray(y_test).reshape(-1)))

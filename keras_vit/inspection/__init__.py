@@ -14,6 +14,7 @@ Example:
 ((1, 2, 2), (2, 2))
 """
 
+from keras_vit import _submodules
 from keras_vit.inspection.attention import (
     attention_maps,
     attention_rollout,
@@ -43,6 +44,9 @@ from keras_vit.inspection.plots import (
     plot_position_embedding_similarity,
 )
 from keras_vit.inspection.shipped import FASHION_MNIST_VIT, fashion_mnist_vit
+
+# Modules not imported above are imported when first reached as attributes.
+__getattr__, __dir__ = _submodules.attribute_hook(__name__)
 
 __all__ = [
     "FASHION_MNIST_VIT",

@@ -13,20 +13,16 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from keras_vit import _optional
 from keras_vit.inspection.attention import rollout_to_image
 from keras_vit.inspection.embeddings import FilterComponents, check_similarity
 from keras_vit.models.base import image_shape
 
 
 def _new_figure(figsize):
-    try:
-        from matplotlib.figure import Figure
-    except ImportError as error:
-        raise ImportError(
-            "The keras_vit.inspection plots need matplotlib: pip install matplotlib "
-            "(or keras-vit-paper[inspection])."
-        ) from error
-    return Figure(figsize=figsize, layout="constrained")
+    """A figure, once the helper has checked its input (matplotlib is imported here)."""
+    figure = _optional.need("matplotlib.figure", "The keras_vit.inspection plots")
+    return figure.Figure(figsize=figsize, layout="constrained")
 
 
 def _unit_range(image):
@@ -357,13 +353,13 @@ def plot_attention_rollout(images, rollout, value_range=(-1.0, 1.0), max_images=
 
 def _relative_scale(limit):
     """The log colour scale of attention relative to uniform: from 1/limit to limit, white at 1."""
-    from matplotlib import colormaps
-    from matplotlib.colors import LogNorm
-
     limit = float(limit)
     if not limit > 1:
         raise ValueError(f"limit must be a factor above 1, got {limit!r}.")
-    return LogNorm(vmin=1 / limit, vmax=limit), colormaps["RdBu_r"]
+    colors = _optional.need("matplotlib.colors", "The keras_vit.inspection plots")
+    from matplotlib import colormaps
+
+    return colors.LogNorm(vmin=1 / limit, vmax=limit), colormaps["RdBu_r"]
 
 
 def _relative_colorbar(fig, shown, axes, limit, patches, shrink=0.8):

@@ -1,0 +1,6 @@
+"""The models (ViT, hybrid, BiT ResNetV2, axial), their registry, resizing, compute and memory."""
+
+from keras_vit import _submodules
+
+# Each module is imported when it is first reached as keras_vit.models.<module>.
+__getattr__, __dir__ = _submodules.attribute_hook(__name__)

@@ -7,7 +7,7 @@ Example:
 'AdamW'
 """
 
-from keras_vit import _deprecated
+from keras_vit import _deprecated, _submodules
 from keras_vit.training.mpp import MaskedPatchPrediction
 from keras_vit.training.optimizers import AccumulatingSGD, TraceSGD
 from keras_vit.training.recipes import (
@@ -28,6 +28,9 @@ _deprecated.install(__name__, {
                                     "keras_vit.app.evaluate", "keras_vit.app.commands",
                                     "keras_vit.checkpoints.convert")),
 })
+
+# Modules not imported above are imported when first reached as attributes.
+__getattr__, __dir__ = _submodules.attribute_hook(__name__)
 
 __all__ = [
     "AccumulatingSGD",

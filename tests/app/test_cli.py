@@ -123,7 +123,8 @@ def test_bad_inputs(tmp_path, capsys, monkeypatch):
 
 
 def test_train_on_a_tfds_dataset_with_mock_data(tmp_path):
-    import tensorflow_datasets as tfds
+    pytest.importorskip("tensorflow")
+    tfds = pytest.importorskip("tensorflow_datasets")
 
     out = str(tmp_path / "cifar")
     with tfds.testing.mock_data(num_examples=16):

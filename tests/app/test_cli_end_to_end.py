@@ -69,6 +69,7 @@ def test_evaluate_split(learned, tmp_path):
 def test_evaluate_a_timm_file(tmp_path):
     """evaluate and finetune take every format load_checkpoint reads, not only .keras and .npz:
     a timm state dict gives the same accuracy as the same model's .keras file."""
+    pytest.importorskip("safetensors")
     keras.utils.set_random_seed(0)
     model = keras_vit.VisionTransformer(  # width 192: timm's ViT-Ti, so the file names its heads
         image_size=28, patch_size=7, num_channels=1, num_classes=10, hidden_size=192,

@@ -1,12 +1,25 @@
 """Shared pieces of the timm / transformers / export tests: random weights, images, errors."""
 
+import importlib.util
 import json
 import os
 
 import keras
 import numpy as np
+import pytest
 
 ATOL = 1e-5
+
+
+def need(*modules):
+    """Skip the test where one of ``modules`` is not installed (the dev extra installs them).
+
+    Found without importing: timm's torchvision may not load (tests/timm_import.py stands in),
+    and an installed package that fails to import is a failure, not a skip.
+    """
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)}, which is not installed (the dev extra)")
 
 
 def numpy(x):

@@ -9,7 +9,8 @@ from keras_vit.app import cli
 
 
 def test_convert_chain_keeps_the_logits(tmp_path, capsys):
-    pytest.importorskip("transformers")
+    for module in ("transformers", "torch", "safetensors"):
+        pytest.importorskip(module)
     source = fixture_path("vit_tiny_token_norep.npz")
     expected = numpy(load_checkpoint(source)(images(32)))
     timm_file, hf_dir = str(tmp_path / "m.safetensors"), str(tmp_path / "hf")
@@ -29,6 +30,7 @@ def test_convert_chain_keeps_the_logits(tmp_path, capsys):
 
 def test_convert_to_onnx(tmp_path):
     ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
     source = fixture_path("vit_tiny_token_norep.npz")
     target = str(tmp_path / "m.onnx")
     assert cli.main(["convert", source, target, "--batch-size", "2"]) == 0

@@ -7,7 +7,7 @@ files (the exact GELU, which TensorFlow writes with an op ONNX lacks).
 import keras
 import numpy as np
 import pytest
-from interop_helpers import assert_close, images, numpy, randomise_keras, randomise_torch
+from interop_helpers import assert_close, images, need, numpy, randomise_keras, randomise_torch
 
 from keras_vit import ResNetV2, VisionTransformer, load_checkpoint
 from keras_vit.checkpoints.export import export_model
@@ -47,6 +47,7 @@ def _onnx_ops(path):
 
 def _export_and_compare(model, x, path, what):
     """Export (a fixed batch on torch) and compare onnxruntime with the Keras model."""
+    need("onnx", "onnxruntime")
     batch = len(x) if BACKEND == "torch" else None  # torch's exporter fixes the batch
     export_model(model, path, batch_size=batch)
     assert_close(_run_onnx(path, x), numpy(model(x)), what, ATOL)
@@ -96,6 +97,7 @@ def test_erf_gelu_is_the_exact_gelu():
 
 
 def _timm_file(path):
+    need("torch", "safetensors", "timm")
     import torch
     from safetensors.torch import save_file
     from timm_import import import_timm
@@ -146,6 +148,7 @@ def test_undefined_onnx_ops_are_refused(tmp_path):
                     "tensorflow only; test_torch_refuses_saved_model covers torch")
 @pytest.mark.parametrize("kind", ["vit", "hybrid", "bit"])
 def test_saved_model_and_tflite_match(kind, tmp_path):
+    need("tensorflow")
     model, x = _model(kind), images()
     export_model(model, tmp_path / "saved_model")
     assert_close(_run_saved_model(tmp_path / "saved_model", x), numpy(model(x)),

@@ -13,7 +13,15 @@ from functools import partial
 
 import numpy as np
 import pytest
-from interop_helpers import assert_close, images, nchw, numpy, randomise_keras, randomise_torch
+from interop_helpers import (
+    assert_close,
+    images,
+    nchw,
+    need,
+    numpy,
+    randomise_keras,
+    randomise_torch,
+)
 from timm_import import import_timm
 
 import keras_vit
@@ -25,6 +33,7 @@ SMALL = dict(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, mlp_
 
 def _timm():
     """timm, with a stand-in torchvision where the real one cannot load (tests/timm_import.py)."""
+    need("torch", "timm")
     return import_timm()
 
 
@@ -77,6 +86,7 @@ def _logits(module, x):
 
 
 def _save_torch(module, path):
+    need("torch", "safetensors")
     import torch
     from safetensors.torch import save_file
 
@@ -131,17 +141,20 @@ def _keras_vit(**kwargs):
 
 
 def _state(tmp_path, **kwargs):
+    need("safetensors")
     path = tmp_path / "vit.safetensors"
     save_checkpoint(_keras_vit(**kwargs), path, format="timm")
     return keras_vit.checkpoints.timm.read_state_dict(path)
 
 
 def _write(tmp_path, state, name="edited.safetensors"):
+    need("safetensors")
     keras_vit.checkpoints.timm.write_state_dict(tmp_path / name, state)
     return tmp_path / name
 
 
 def test_keras_round_trip_is_exact(tmp_path):
+    need("safetensors")
     model = _keras_vit()
     save_checkpoint(model, tmp_path / "vit.safetensors", format="timm")
     again = load_checkpoint(tmp_path / "vit.safetensors", num_heads=4)
@@ -178,6 +191,7 @@ def test_pos_embed_without_class_row_is_refused(tmp_path):
 
 
 def test_unknown_width_needs_num_heads(tmp_path):
+    need("safetensors")
     path = tmp_path / "vit.safetensors"
     save_checkpoint(_keras_vit(), path, format="timm")
     with pytest.raises(ValueError, match="num_heads"):

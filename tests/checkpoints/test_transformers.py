@@ -14,6 +14,8 @@ from interop_helpers import assert_close, images, nchw, numpy, randomise_keras, 
 from keras_vit import VisionTransformer, load_checkpoint, save_checkpoint
 
 transformers = pytest.importorskip("transformers")  # in the dev extra; see the README
+pytest.importorskip("torch")  # its models
+pytest.importorskip("safetensors")  # the folders' weights
 
 SMALL = dict(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2,
              num_attention_heads=4, intermediate_size=64)

@@ -12,11 +12,9 @@ import json
 
 import numpy as np
 import pytest
-import tensorflow as tf
-import tensorflow_datasets as tfds
 
 from keras_vit import data
-from keras_vit.data import preprocessing, tfdata
+from keras_vit.data import preprocessing
 from tests.conftest import fixture_path
 
 ATOL = 1e-6
@@ -34,23 +32,42 @@ def _cases(fixture):
             yield key, photo, tuple(int(s) for s in pipeline.split("_")[3:])
 
 
-def _both_paths(image, **options):
-    ours = preprocessing.preprocess(image, training=False, **options)
-    return ours, tfdata.preprocess(image, training=False, **options).numpy()
+def _tf():
+    """TensorFlow, for the tf.data path (the numpy path needs none); skips where it is missing."""
+    return pytest.importorskip("tensorflow")
 
 
+def _tfds():
+    _tf()
+    return pytest.importorskip("tensorflow_datasets")
+
+
+def _preprocess(path, image, **options):
+    if path == "numpy":
+        return preprocessing.preprocess(image, training=False, **options)
+    _tf()
+    from keras_vit.data import tfdata
+
+    return tfdata.preprocess(image, training=False, **options).numpy()
+
+
+PATHS = ["numpy", "tf.data"]
+
+
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("key,photo,sizes", list(_cases(VIT_JAX)))
-def test_vit_jax_evaluation_equals_official(key, photo, sizes):
-    for ours in _both_paths(VIT_JAX[f"input/{photo}"], image_size=sizes[0]):
-        np.testing.assert_allclose(ours, VIT_JAX[key], rtol=0, atol=ATOL)
+def test_vit_jax_evaluation_equals_official(key, photo, sizes, path):
+    ours = _preprocess(path, VIT_JAX[f"input/{photo}"], image_size=sizes[0])
+    np.testing.assert_allclose(ours, VIT_JAX[key], rtol=0, atol=ATOL)
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("key,photo,sizes", list(_cases(BIG_VISION)))
-def test_big_vision_central_crop_equals_official(key, photo, sizes):
+def test_big_vision_central_crop_equals_official(key, photo, sizes, path):
     resize_size, image_size = sizes
-    for ours in _both_paths(VIT_JAX[f"input/{photo}"], image_size=image_size,
-                            resize_size=resize_size, evaluation="central_crop"):
-        np.testing.assert_allclose(ours, BIG_VISION[key], rtol=0, atol=ATOL)
+    ours = _preprocess(path, VIT_JAX[f"input/{photo}"], image_size=image_size,
+                       resize_size=resize_size, evaluation="central_crop")
+    np.testing.assert_allclose(ours, BIG_VISION[key], rtol=0, atol=ATOL)
 
 
 def test_big_vision_fixture_records_the_augreg_transfer_pp():
@@ -62,6 +79,7 @@ def test_big_vision_fixture_records_the_augreg_transfer_pp():
 def test_tfds_mock_data_through_get_data_from_tfds(name):
     """keras_vit's ``load`` on the same tensorflow-datasets mock data as the official
     ``get_data_from_tfds(mode="test")``; which drops the last partial batch, keras_vit keeps it."""
+    tfds = _tfds()
     info = json.loads(str(TFDS_MOCK["meta"]))["tfds_mock"][name]
     crop, count = info["crop"], info["num_examples"]
     expected = TFDS_MOCK[f"tfds_mock/{name}/vit_jax_eval_{crop}/images"]
@@ -87,6 +105,10 @@ def test_area_resize_by_hand():
                                      (6 / 3 + 9) * 0.75], rtol=1e-6)
     up = preprocessing.resize_area(np.float32([[0, 6]])[..., None], 1, 3)[0, :, 0]
     np.testing.assert_allclose(up, [0, 3, 6], atol=1e-6)  # the middle cell straddles both
+
+
+def test_area_resize_equals_tensorflow():
+    tf = _tf()
     image = np.random.default_rng(0).integers(0, 256, (2, 13, 21, 3), np.uint8)
     np.testing.assert_array_equal(preprocessing.resize_area(image, 5, 9),
                                   tf.image.resize(image, (5, 9), method="area").numpy())
@@ -104,6 +126,7 @@ def test_resize_small_rounds_and_truncates_like_big_vision():
 
 
 def test_central_crop_pipelines_agree_on_batches():
+    tf = _tf()
     images = np.random.default_rng(2).integers(0, 256, (5, 40, 30, 3), np.uint8)
     options = dict(batch_size=2, image_size=24, resize_size=32, num_classes=5, training=False,
                    evaluation="central_crop")
@@ -121,6 +144,16 @@ def test_bad_evaluation_options():
     image = np.zeros((8, 8, 3), np.uint8)
     with pytest.raises(ValueError, match="Unknown evaluation 'center'.*central_crop"):
         data.preprocess(image, image_size=4, training=False, evaluation="center")
+    with pytest.raises(ValueError, match="resize_size \\(3\\) must be at least"):
+        data.preprocess(image, image_size=4, resize_size=3, training=False,
+                        evaluation="central_crop")
+
+
+def test_bad_evaluation_options_on_the_tf_data_path():
+    _tf()
+    from keras_vit.data import tfdata
+
+    image = np.zeros((8, 8, 3), np.uint8)
     with pytest.raises(ValueError, match="resize_size \\(3\\) must be at least"):
         tfdata.preprocess(image, image_size=4, resize_size=3, training=False,
                           evaluation="central_crop")

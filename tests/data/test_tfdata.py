@@ -1,18 +1,15 @@
-"""The tf.data path (tensorflow-datasets) and the promise that nothing else needs TensorFlow."""
-
-import os
-import subprocess
-import sys
+"""The tf.data path (tensorflow-datasets); tests/data/test_without_tensorflow.py checks what
+runs without it."""
 
 import numpy as np
 import pytest
-import tensorflow as tf
-import tensorflow_datasets as tfds
 
-from keras_vit import data
-from keras_vit.data import preprocessing, tfdata
+tf = pytest.importorskip("tensorflow")
+tfds = pytest.importorskip("tensorflow_datasets")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from keras_vit import data  # noqa: E402
+from keras_vit.data import preprocessing, tfdata  # noqa: E402
+from tests.blocked_imports import run_without  # noqa: E402
 
 
 def _images(n=8, size=28, channels=1):
@@ -85,58 +82,10 @@ def test_tfds_bit_rule_and_eval_split_with_mock_data():
         assert x.shape == (1, 16, 16, 3)
 
 
-_WITHOUT = """
-import sys
-class Block:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {blocked}:
-            raise ImportError("No module named " + repr(name))
-sys.meta_path.insert(0, Block())
-"""
-
-
-def _run_without(blocked, code):
-    env = dict(os.environ, PYTHONPATH=ROOT, KERAS_BACKEND="jax")
-    script = _WITHOUT.format(blocked=blocked) + code
-    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                          text=True, timeout=300)
-
-
-def test_offline_path_and_cli_need_no_tensorflow():
-    result = _run_without({"tensorflow", "tensorflow_datasets"}, """
-import keras_vit, keras_vit.data, keras_vit.training, keras_vit.inspection, keras_vit.app.cli
-from keras_vit import data
-x, y = data.as_arrays(data.load("digits", "test", batch_size=64))
-assert x.shape == (899, 8, 8, 1)
-assert data.load("digits", "train", batch_size=8, examples_per_class=2)[0][0].shape[0] == 8
-assert "tensorflow" not in sys.modules
-try:
-    data.load("cifar10", batch_size=8)
-except ImportError as error:
-    print("ERROR", error)
-""")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "pip install tensorflow-cpu tensorflow-datasets" in result.stdout
-
-
-def test_without_tensorflow_only_the_command_picks_an_installed_backend(tmp_path):
-    """A library import leaves the backend to Keras and the user; the command picks one."""
-    env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
-    env.update(PYTHONPATH=ROOT, HOME=str(tmp_path), KERAS_HOME=str(tmp_path / "keras"))
-    script = _WITHOUT.format(blocked={"tensorflow"}) + (
-        "import os, keras_vit\n"
-        "assert 'KERAS_BACKEND' not in os.environ\n"
-        "from keras_vit.app import backend_choice\n"
-        "print(backend_choice.choose_backend({'KERAS_HOME': os.environ['KERAS_HOME']}))")
-    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                            text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split()[-1] == "jax"
-
-
 def test_tfds_dataset_without_tensorflow_datasets_says_how_to_install():
-    result = _run_without({"tensorflow_datasets"}, """
+    result = run_without({"tensorflow_datasets"}, """
 from keras_vit import data
 data.load_examples("cifar10")
 """)
-    assert "`pip install tensorflow-datasets`" in result.stderr
+    assert ("The dataset 'cifar10' needs tensorflow-datasets: "
+            'pip install "keras-vit-paper[tfds]"') in result.stderr

@@ -113,8 +113,6 @@ def test_relative_position_embeddings_are_refused():
 
 
 def test_hybrid_resize():
-    pytest.importorskip("keras_vit.layers.resnet", reason="the hybrid stem lives on the resnet "
-                        "branch; this test runs once it is merged")
     model = keras_vit.VisionTransformer(
         image_size=32, patch_size=1, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
         num_classes=4, resnet=dict(num_layers=(1,), width_factor=1))
