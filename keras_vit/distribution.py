@@ -15,7 +15,9 @@ hidden units along a ``"model"`` mesh axis (the Megatron-LM layout), so each dev
         layout_map=keras_vit.distribution.layout_map("ViT-B/16", mesh), batch_dim_name="batch"))
     model = keras_vit.create_model("ViT-B/16")
 
-In both cases the global batch must divide evenly over the replicas: ``check_batch_size``.
+In both cases a training batch must divide evenly over the replicas: ``check_batch_size``.
+Evaluation takes any number of examples: ``predict`` and ``evaluate`` pad the last batch to a
+multiple of the replicas and leave the padding out of their results.
 """
 
 import glob
@@ -162,6 +164,20 @@ def data_parallel():
     return num_replicas()
 
 
+def evaluation_batch_size(batch_size, replicas=None):
+    """``batch_size`` rounded up to a multiple of the replicas, for batches that only predict:
+    they split evenly and give the same outputs (a training batch is checked instead,
+    ``check_batch_size``, as its size changes the training).
+
+    Example:
+    >>> evaluation_batch_size(500, replicas=8), evaluation_batch_size(500, replicas=1)
+    (504, 500)
+    """
+    replicas = num_replicas() if replicas is None else int(replicas)
+    check_batch_size(batch_size, replicas=1)
+    return int(batch_size) + -int(batch_size) % replicas
+
+
 def predict(model, inputs, batch_size=256):
     """``model.predict(inputs)`` that works for any number of inputs on several replicas: the
     inputs are padded to a multiple of the replicas and the padding's outputs dropped.
@@ -174,12 +190,96 @@ def predict(model, inputs, batch_size=256):
     """
     inputs = np.asarray(inputs)
     replicas = num_replicas()
-    batch_size = min(int(batch_size), max(len(inputs), 1))
-    batch_size += -batch_size % replicas
+    batch_size = evaluation_batch_size(min(int(batch_size), max(len(inputs), 1)), replicas)
     missing = -len(inputs) % replicas
     padded = np.pad(inputs, ((0, missing),) + ((0, 0),) * (inputs.ndim - 1))
     outputs = model.predict(padded, batch_size=batch_size, verbose=0)
     return keras.tree.map_structure(lambda x: x[:len(inputs)], outputs)
+
+
+def unpadded_batches(batches):
+    """The ``(images, labels)`` of every batch of an evaluation pipeline (``keras_vit.data
+    .pipeline``, a ``keras.utils.PyDataset`` or any iterable of batches), as numpy arrays
+    without the weight-0 examples that pad its last batch to a multiple of the replicas.
+
+    Example:
+    >>> batch = (np.zeros((4, 2)), np.eye(4), np.array([1.0, 1.0, 1.0, 0.0]))
+    >>> [images.shape for images, labels in unpadded_batches([batch])]
+    [(3, 2)]
+    """
+    if isinstance(batches, keras.utils.PyDataset):  # read by index: its iterator may not end
+        dataset = batches
+        batches = (dataset[index] for index in range(len(dataset)))
+    for batch in batches:
+        images, labels = np.asarray(batch[0]), np.asarray(batch[1])
+        if len(batch) > 2:
+            keep = np.asarray(batch[2]) > 0
+            images, labels = images[keep], labels[keep]
+        yield images, labels
+
+
+def evaluate(model, data, labels=None, batch_size=256):
+    """``model.evaluate`` that works for any number of examples on several replicas: accuracy
+    and mean loss over exactly the given examples (``model.evaluate`` would count the padding
+    of the last batch in the mean loss).
+
+    Args:
+        model: a classifier (one output per class); its compiled loss, if it has one
+            (``model.compile(loss=...)``), gives ``"loss"``.
+        data: an evaluation pipeline (``keras_vit.data.load`` / ``pipeline``, or any iterable
+            of ``(images, labels[, sample weights])`` batches, weight 0 marking the padding),
+            or images with ``labels``.
+        labels: with images: class indices (N,) or one-hot (N, classes); indices are one-hot
+            encoded for a loss that is not a sparse one.
+        batch_size: images per ``predict`` batch, for images.
+
+    Returns:
+        ``{"accuracy": ..., "loss": ...}`` (no ``"loss"`` without a compiled loss).
+
+    Example:
+    >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(3)])
+    >>> model.compile(loss="categorical_crossentropy")
+    >>> sorted(evaluate(model, np.zeros((5, 2), "float32"), np.arange(5) % 3))
+    ['accuracy', 'loss']
+    """
+    if labels is None:
+        batches = ((predict(model, x, len(x)), y) for x, y in unpadded_batches(data))
+    else:
+        batches = [(predict(model, data, batch_size), np.asarray(labels))]
+    loss = _example_loss(model)
+    count = correct = total_loss = 0
+    for outputs, y in batches:
+        classes = np.argmax(y, axis=-1) if y.ndim == outputs.ndim else y
+        correct += int(np.sum(np.argmax(outputs, axis=-1) == classes))
+        count += len(outputs)
+        if loss is not None:
+            total_loss += float(np.sum(loss(y, outputs)))
+    if count == 0:
+        raise ValueError("There is nothing to evaluate: the data holds no examples.")
+    results = {"accuracy": correct / count}
+    if loss is not None:
+        results["loss"] = total_loss / count
+    return results
+
+
+def _example_loss(model):
+    """The model's compiled loss as ``(labels, outputs) -> one value per example`` (the mean
+    over any further axes), or None when it has none or several."""
+    loss = getattr(model, "loss", None)
+    if isinstance(loss, str):
+        loss = keras.losses.get(loss)
+    if not callable(loss):
+        return None
+    name = loss.name if isinstance(loss, keras.losses.Loss) else getattr(loss, "__name__", "")
+    per_example = loss.call if isinstance(loss, keras.losses.Loss) else loss  # not reduced
+
+    def values(labels, outputs):
+        if "sparse" not in name and labels.ndim == outputs.ndim - 1:
+            labels = np.eye(outputs.shape[-1], dtype=outputs.dtype)[labels]
+        result = np.asarray(keras.ops.convert_to_numpy(per_example(labels, outputs)), "float64")
+        return result.reshape(len(outputs), -1).mean(axis=1)
+
+    return values
 
 
 def _vit_sizes(model_or_config):

@@ -170,10 +170,11 @@ eight_model = VisionTransformer(**CONFIG)
 eight_model.set_weights(one_model.get_weights())
 eight = measure(eight_model)
 try:
-    data.load("digits", "test", batch_size=60)
+    data.load("digits", "train", batch_size=60)
     refused = ""
 except ValueError as error:
     refused = str(error)
+rounded = len(data.load("digits", "test", batch_size=60)[0][0])
 tiny = ["--train-examples", "256", "--test-examples", "100", "--batch-size", "64", "--epochs",
         "1", "--set", "hidden_size=16", "--set", "num_layers=1", "--verbose", "0",
         "--output", OUTPUT]
@@ -181,6 +182,7 @@ code = cli.main(["train", *tiny])
 with open(OUTPUT + "/metrics.json") as f:
     metrics = json.load(f)
 print(json.dumps({"replicas": replicas, "one": one, "eight": eight, "refused": refused,
+                  "rounded": rounded,
                   "cli": code, "cli_accuracy": metrics["test_accuracy"]}))
 """
 
@@ -197,7 +199,123 @@ def test_eight_devices_evaluate_like_one_and_the_cli_shards(tmp_path):
     assert eight[0] == one[0] and eight[1] == one[1]  # same accuracy, same predictions
     assert 0 < one[0] < 1 and len(set(one[1])) > 1
     assert "not divisible by the 8 replicas" in out["refused"] and "56 or 64" in out["refused"]
+    assert out["rounded"] == 64  # an evaluation batch rounds up: its size changes no result
     assert out["cli"] == 0 and 0 < out["cli_accuracy"] <= 1
+
+
+# Every evaluation path on a device count that divides neither the examples nor the batch
+# sizes: the results are those of one device (the same model, weights and inputs).
+_ANY_COUNT = """
+import json, keras, numpy as np
+from keras_vit import VisionTransformer, data, distribution, evaluation
+from keras_vit.inspection import attention_weights
+from keras_vit.training import classification_loss
+
+CONFIG = dict(image_size=8, patch_size=4, num_channels=1, num_classes=10, hidden_size=16,
+              num_layers=1, num_heads=2, mlp_dim=32, head_kernel_initializer="glorot_uniform")
+
+def build(weights=None):
+    model = VisionTransformer(**CONFIG)
+    if weights is not None:
+        model.set_weights(weights)
+    model.compile(loss=classification_loss(), weighted_metrics=["accuracy"])
+    return model
+
+def test_batches():  # 203 images in batches of 50: the last one is partial
+    return data.load("digits", "test", batch_size=50, image_size=8, max_examples=203)
+
+def measure(model):
+    x, y = data.as_arrays(test_batches())
+    return {
+        "predict": distribution.predict(model, x[:13], batch_size=5).tolist(),
+        "arrays": distribution.evaluate(model, x[:13], y[:13], batch_size=5),
+        "pipeline": distribution.evaluate(model, test_batches()),
+        "fewshot": evaluation.fewshot_linear(model, x[:101], y[:101], x[101:], y[101:],
+                                             shots=(5,), seeds=(0,), batch_size=7)[5]["mean"],
+        "attention": attention_weights(model, x[:13], batch_size=5)[0].tolist(),
+        "speed": len(evaluation.inference_speed({"m": model}, x[:13], rounds=1)),
+    }
+
+keras.utils.set_random_seed(0)
+one_model = build()
+x, y = data.as_arrays(test_batches())
+keras_one = one_model.evaluate(test_batches(), return_dict=True, verbose=0)
+one = measure(one_model)
+many = {}
+for count in (8, 3):  # all the devices, then a mesh of 3 of them
+    devices = keras.distribution.list_devices()[:count]
+    keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
+    many[count] = dict(measure(build(one_model.get_weights())),
+                       replicas=distribution.num_replicas(), batch=len(test_batches()[0][0]))
+print(json.dumps({"one": one, "many": many, "keras_one": keras_one}))
+"""
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "jax", reason="keras.distribution runs under KERAS_BACKEND=jax"
+)
+def test_every_evaluation_path_works_on_any_device_count():
+    out = _run_script(_ANY_COUNT, "jax", {"XLA_FLAGS": "--xla_force_host_platform_device_count=8"})
+    one = out["one"]
+    # On one device Keras's own mean over the 203 images is exact: the same numbers.
+    assert abs(one["pipeline"]["loss"] - out["keras_one"]["loss"]) < 1e-5
+    assert abs(one["pipeline"]["accuracy"] - out["keras_one"]["accuracy"]) < 1e-6
+    for devices, many in out["many"].items():
+        assert many["replicas"] == int(devices)
+        assert many["batch"] == 50 + -50 % int(devices)  # evaluation batches round up
+        np.testing.assert_allclose(many["predict"], one["predict"], atol=1e-5)
+        assert len(many["predict"]) == 13
+        for how in ("arrays", "pipeline"):
+            assert many[how]["accuracy"] == one[how]["accuracy"], (devices, how)
+            assert abs(many[how]["loss"] - one[how]["loss"]) < 1e-5, (devices, how)
+        assert many["fewshot"] == one["fewshot"]
+        np.testing.assert_allclose(many["attention"], one["attention"], atol=1e-5)
+        assert many["speed"] == 1
+
+
+def test_evaluate_drops_the_padding_from_loss_and_accuracy(monkeypatch):
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(3)])
+    model.compile(loss=keras.losses.CategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    x = np.random.default_rng(0).normal(size=(13, 2)).astype("float32")
+    y = np.arange(13) % 3
+    one_hot = np.eye(3, dtype="float32")[y]
+    expected = model.evaluate(x, one_hot, batch_size=13, return_dict=True, verbose=0)
+    monkeypatch.setattr(distribution, "num_replicas", lambda: 8)
+    for result in (distribution.evaluate(model, x, y, batch_size=5),
+                   distribution.evaluate(model, x, one_hot),
+                   # batches as a pipeline gives them: the last padded with weight-0 rows
+                   distribution.evaluate(model, [(x[:8], one_hot[:8], np.ones(8)),
+                                                 (np.pad(x[8:], ((0, 3), (0, 0))),
+                                                  np.pad(one_hot[8:], ((0, 3), (0, 0))),
+                                                  np.r_[np.ones(5), np.zeros(3)])])):
+        assert abs(result["loss"] - expected["loss"]) < 1e-6
+        assert abs(result["accuracy"] - expected["accuracy"]) < 1e-6
+
+
+def test_evaluate_takes_the_models_loss_in_any_form():
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(3, activation="softmax")])
+    x = np.random.default_rng(1).normal(size=(7, 2)).astype("float32")
+    y = np.arange(7) % 3
+    assert list(distribution.evaluate(model, x, y)) == ["accuracy"]  # not compiled: no loss
+    losses = {}
+    for loss in ("sparse_categorical_crossentropy", "categorical_crossentropy",
+                 keras.losses.SparseCategoricalCrossentropy()):
+        model.compile(loss=loss)
+        losses[str(loss)] = distribution.evaluate(model, x, y)["loss"]
+    probabilities = keras.ops.convert_to_numpy(model(x))
+    expected = -np.mean(np.log(probabilities[np.arange(7), y]))
+    assert np.allclose(list(losses.values()), expected, atol=1e-5)
+    with pytest.raises(ValueError, match="nothing to evaluate"):
+        distribution.evaluate(model, [])
+
+
+def test_evaluation_batch_size():
+    assert distribution.evaluation_batch_size(500, replicas=8) == 504
+    assert distribution.evaluation_batch_size(64, replicas=8) == 64
+    assert distribution.evaluation_batch_size(7, replicas=3) == 9
+    with pytest.raises(ValueError, match="must be a positive integer"):
+        distribution.evaluation_batch_size(0, replicas=8)
 
 
 def test_predict_pads_to_the_replicas(monkeypatch):

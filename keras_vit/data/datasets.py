@@ -15,6 +15,7 @@ import sys
 
 import numpy as np
 
+from keras_vit import distribution
 from keras_vit.data import arrays, offline
 from keras_vit.data.arrays import Examples, from_arrays
 from keras_vit.data.preprocessing import bit_resolution, check_augmentation
@@ -132,7 +133,8 @@ def pipeline(examples, *, batch_size, image_size, num_classes, training, augment
 
     Args:
         examples: raw examples, e.g. from ``load_examples`` or ``from_arrays``.
-        batch_size: global batch size; must divide by the replicas (``check_batch_size``).
+        batch_size: global batch size; for training it must divide by the replicas
+            (``check_batch_size``), for evaluation it is rounded up to a multiple of them.
         image_size: output side (crop size).
         num_classes: size of the one-hot labels.
         training: shuffle, augment (``augmentation``, ``flip``), drop the last partial batch,
@@ -147,7 +149,7 @@ def pipeline(examples, *, batch_size, image_size, num_classes, training, augment
         repeat: repeat forever (step-based training).
         cache: cache the raw examples in memory (tf.data; in-memory examples are in memory).
         seed: shuffle / augmentation seed.
-        replicas: number of replicas for the batch-size check; None asks the current distribution.
+        replicas: number of replicas the batches split over; None asks the current distribution.
         **tf_options: ``shuffle_buffer`` for a tf.data pipeline.
 
     Example:
@@ -158,7 +160,10 @@ def pipeline(examples, *, batch_size, image_size, num_classes, training, augment
     """
     replicas = num_replicas() if replicas is None else int(replicas)
     _check_pipeline(batch_size=batch_size, image_size=image_size, augmentation=augmentation,
-                    resize_size=resize_size, evaluation=evaluation, replicas=replicas)
+                    resize_size=resize_size, evaluation=evaluation, replicas=replicas,
+                    training=training)
+    if not training:
+        batch_size = distribution.evaluation_batch_size(batch_size, replicas)
     options = dict(batch_size=batch_size, image_size=image_size, num_classes=num_classes,
                    training=training, augmentation=augmentation, resize_size=resize_size,
                    flip=flip, channels=channels, evaluation=evaluation, mixup_alpha=mixup_alpha,
@@ -171,9 +176,11 @@ def pipeline(examples, *, batch_size, image_size, num_classes, training, augment
 
 
 def _check_pipeline(*, batch_size, image_size, augmentation="resize_crop", resize_size=None,
-                    evaluation="resize", replicas=None, **_):
-    """Refuse options ``pipeline`` would refuse (its defaults), before any data is loaded."""
-    check_batch_size(batch_size, num_replicas() if replicas is None else int(replicas))
+                    evaluation="resize", replicas=None, training=True, **_):
+    """Refuse options ``pipeline`` would refuse (its defaults), before any data is loaded: a
+    training batch must split over the replicas; an evaluation batch is rounded up instead."""
+    replicas = num_replicas() if replicas is None else int(replicas)
+    check_batch_size(batch_size, replicas if training else 1)
     check_augmentation(augmentation, image_size, resize_size, evaluation)
 
 
@@ -251,11 +258,8 @@ def as_arrays(dataset):
     >>> x.shape, y.shape, bool(x.min() >= -1 and x.max() <= 1)
     ((899, 8, 8, 1), (899,), True)
     """
-    batches = (dataset[i] for i in range(len(dataset))) if isinstance(
-        dataset, arrays.Batches) else dataset
     images, labels = [], []
-    for batch in batches:
-        keep = slice(None) if len(batch) == 2 else np.asarray(batch[2]) > 0
-        images.append(np.asarray(batch[0])[keep])
-        labels.append(np.argmax(np.asarray(batch[1]), axis=-1)[keep])
+    for batch_images, batch_labels in distribution.unpadded_batches(dataset):
+        images.append(batch_images)
+        labels.append(np.argmax(batch_labels, axis=-1))
     return np.concatenate(images), np.concatenate(labels)

@@ -147,6 +147,15 @@ def test_eval_pipeline_pads_to_the_replicas_with_zero_weights():
     assert labels.tolist() == list(range(10)) and len(images) == 10
 
 
+def test_eval_pipeline_rounds_its_batch_size_up_to_the_replicas():
+    ds = data.from_arrays(_images(70), np.arange(70) % 10)
+    test = data.pipeline(ds, batch_size=30, image_size=28, num_classes=10, training=False,
+                         replicas=4)  # a training batch of 30 is refused on 4 replicas
+    assert [len(test[i][0]) for i in range(len(test))] == [32, 32, 8]
+    assert test[2][2].tolist() == [1] * 6 + [0] * 2
+    assert data.as_arrays(test)[1].tolist() == (np.arange(70) % 10).tolist()
+
+
 def test_pipeline_mixup_gives_soft_labels():
     ds = data.from_arrays(_images(8), np.arange(8))
     _, y = data.pipeline(ds, batch_size=8, image_size=28, num_classes=8, training=True,
