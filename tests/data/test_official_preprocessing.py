@@ -12,12 +12,20 @@ import json
 
 import numpy as np
 import pytest
-import tensorflow as tf
-import tensorflow_datasets as tfds
 
 from keras_vit import data
-from keras_vit.data import preprocessing, tfdata
-from tests.conftest import fixture_path
+from keras_vit.data import preprocessing
+from tests.conftest import fixture_path, installed
+
+TENSORFLOW = installed("tensorflow", "tensorflow_datasets")
+if TENSORFLOW:
+    import tensorflow as tf
+    import tensorflow_datasets as tfds
+
+    from keras_vit.data import tfdata
+# The numpy path is checked on every runtime; the tf.data path where TensorFlow is installed.
+needs_tensorflow = pytest.mark.skipif(
+    not TENSORFLOW, reason="the tf.data path needs tensorflow and tensorflow-datasets")
 
 ATOL = 1e-6
 VIT_JAX = np.load(fixture_path("preprocess_vit_jax_eval.npz"))
@@ -35,8 +43,10 @@ def _cases(fixture):
 
 
 def _both_paths(image, **options):
-    ours = preprocessing.preprocess(image, training=False, **options)
-    return ours, tfdata.preprocess(image, training=False, **options).numpy()
+    """The numpy path's output and, where TensorFlow is installed, the tf.data path's."""
+    yield preprocessing.preprocess(image, training=False, **options)
+    if TENSORFLOW:
+        yield tfdata.preprocess(image, training=False, **options).numpy()
 
 
 @pytest.mark.parametrize("key,photo,sizes", list(_cases(VIT_JAX)))
@@ -58,6 +68,7 @@ def test_big_vision_fixture_records_the_augreg_transfer_pp():
     assert pp.startswith("decode|resize_small(448)|central_crop(384)|value_range(-1, 1)|")
 
 
+@needs_tensorflow
 @pytest.mark.parametrize("name", sorted(json.loads(str(TFDS_MOCK["meta"]))["tfds_mock"]))
 def test_tfds_mock_data_through_get_data_from_tfds(name):
     """keras_vit's ``load`` on the same tensorflow-datasets mock data as the official
@@ -87,6 +98,10 @@ def test_area_resize_by_hand():
                                      (6 / 3 + 9) * 0.75], rtol=1e-6)
     up = preprocessing.resize_area(np.float32([[0, 6]])[..., None], 1, 3)[0, :, 0]
     np.testing.assert_allclose(up, [0, 3, 6], atol=1e-6)  # the middle cell straddles both
+
+
+@needs_tensorflow
+def test_area_resize_equals_tensorflows():
     image = np.random.default_rng(0).integers(0, 256, (2, 13, 21, 3), np.uint8)
     np.testing.assert_array_equal(preprocessing.resize_area(image, 5, 9),
                                   tf.image.resize(image, (5, 9), method="area").numpy())
@@ -103,6 +118,7 @@ def test_resize_small_rounds_and_truncates_like_big_vision():
     np.testing.assert_array_equal(crop, small[32:416, 144:528])
 
 
+@needs_tensorflow
 def test_central_crop_pipelines_agree_on_batches():
     images = np.random.default_rng(2).integers(0, 256, (5, 40, 30, 3), np.uint8)
     options = dict(batch_size=2, image_size=24, resize_size=32, num_classes=5, training=False,
@@ -121,6 +137,11 @@ def test_bad_evaluation_options():
     image = np.zeros((8, 8, 3), np.uint8)
     with pytest.raises(ValueError, match="Unknown evaluation 'center'.*central_crop"):
         data.preprocess(image, image_size=4, training=False, evaluation="center")
+
+
+@needs_tensorflow
+def test_bad_evaluation_options_on_the_tf_data_path():
+    image = np.zeros((8, 8, 3), np.uint8)
     with pytest.raises(ValueError, match="resize_size \\(3\\) must be at least"):
         tfdata.preprocess(image, image_size=4, resize_size=3, training=False,
                           evaluation="central_crop")

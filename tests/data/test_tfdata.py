@@ -6,11 +6,20 @@ import sys
 
 import numpy as np
 import pytest
-import tensorflow as tf
-import tensorflow_datasets as tfds
 
+from conftest import installed, once_per_ci
 from keras_vit import data
-from keras_vit.data import preprocessing, tfdata
+from keras_vit.data import preprocessing
+
+TENSORFLOW = installed("tensorflow", "tensorflow_datasets")
+if TENSORFLOW:
+    import tensorflow as tf
+    import tensorflow_datasets as tfds
+
+    from keras_vit.data import tfdata
+# The promises about a runtime without TensorFlow (below) hold and are checked on every runtime.
+needs_tensorflow = pytest.mark.skipif(
+    not TENSORFLOW, reason="the tf.data path needs tensorflow and tensorflow-datasets")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -23,6 +32,7 @@ def _dataset(images, labels):
     return tf.data.Dataset.from_tensor_slices((images, np.asarray(labels, np.int64)))
 
 
+@needs_tensorflow
 @pytest.mark.parametrize("size", [16, 28, 56, 61])
 def test_numpy_and_tensorflow_preprocessing_agree(size):
     images = _images(4, 28, 3)
@@ -35,6 +45,7 @@ def test_numpy_and_tensorflow_preprocessing_agree(size):
                                atol=1e-3)
 
 
+@needs_tensorflow
 @pytest.mark.parametrize("augmentation", ["inception_crop", "resize_crop", "pad_crop", "resize"])
 def test_tf_pipeline_keeps_static_shapes(augmentation):
     ds = _dataset(_images(4), np.arange(4))
@@ -44,6 +55,7 @@ def test_tf_pipeline_keeps_static_shapes(augmentation):
     assert next(iter(batches))[0].shape == (2, 16, 16, 3)
 
 
+@needs_tensorflow
 def test_tf_pipeline_eval_matches_numpy_and_pads():
     images = _images(10)
     ds = _dataset(images, np.arange(10))
@@ -60,12 +72,14 @@ def test_tf_pipeline_eval_matches_numpy_and_pads():
     assert y.tolist() == list(range(10))
 
 
+@needs_tensorflow
 def test_tf_take_per_class():
     ds = _dataset(_images(40), np.arange(40) % 4)
     labels = sorted(int(y) for _, y in data.take_per_class(ds, 3, 4, seed=1))
     assert labels == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
 
 
+@needs_tensorflow
 @pytest.mark.parametrize("name", [n for n, i in data.DATASETS.items() if i.source == "tfds"])
 def test_tfds_datasets_with_mock_data(name):
     info = data.dataset_info(name)
@@ -77,6 +91,7 @@ def test_tfds_datasets_with_mock_data(name):
     assert float(tf.reduce_min(x)) >= -1 and float(tf.reduce_max(x)) <= 1
 
 
+@needs_tensorflow
 def test_tfds_bit_rule_and_eval_split_with_mock_data():
     with tfds.testing.mock_data(num_examples=3):
         x, _ = next(iter(data.load("cifar10", "test", batch_size=3)))
@@ -102,6 +117,7 @@ def _run_without(blocked, code):
                           text=True, timeout=300)
 
 
+@once_per_ci  # a fresh interpreter under jax, whatever the suite's backend
 def test_offline_path_and_cli_need_no_tensorflow():
     result = _run_without({"tensorflow", "tensorflow_datasets"}, """
 import keras_vit, keras_vit.data, keras_vit.training, keras_vit.inspection, keras_vit.app.cli
@@ -119,6 +135,7 @@ except ImportError as error:
     assert "pip install tensorflow-cpu tensorflow-datasets" in result.stdout
 
 
+@once_per_ci
 def test_without_tensorflow_only_the_command_picks_an_installed_backend(tmp_path):
     """A library import leaves the backend to Keras and the user; the command picks one."""
     env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
@@ -134,6 +151,8 @@ def test_without_tensorflow_only_the_command_picks_an_installed_backend(tmp_path
     assert result.stdout.split()[-1] == "jax"
 
 
+@once_per_ci
+@needs_tensorflow
 def test_tfds_dataset_without_tensorflow_datasets_says_how_to_install():
     result = _run_without({"tensorflow_datasets"}, """
 from keras_vit import data
