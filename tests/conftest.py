@@ -1,4 +1,5 @@
 import contextlib
+import importlib.util
 import os
 
 import keras
@@ -11,12 +12,19 @@ FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "official")
 LOGIT_ATOL = 2e-6
 
 
-# For tests that run the console script in a clean environment of their own (no KERAS_BACKEND,
-# their own HOME): what they check does not depend on the backend of the suite that runs them,
-# so they run in one of .ci/run's three suites, not in all three (CI's 90 minutes).
+# For tests whose result cannot depend on the backend of the suite that runs them: a fresh
+# interpreter that sets its own backend or none (the console script in a clean environment, an
+# import probe), or numpy and scikit-learn alone. They run in the jax suites (.ci/run's, and
+# .ci/colab's on Colab's versions), not again under tensorflow and torch (CI's 90 minutes).
 once_per_ci = pytest.mark.skipif(
     keras.backend.backend() != "jax",
-    reason="runs the console script in its own clean environment: checked in the jax suite")
+    reason="backend-independent (its own interpreter and backend, or no Keras): run under jax")
+
+
+def installed(*modules):
+    """Whether every module named is installed. Tests of an optional package's path skip where
+    it is not (Colab's TPU runtime has no TensorFlow); where it is, a failing import fails them."""
+    return all(importlib.util.find_spec(module) is not None for module in modules)
 
 
 def fixture_path(name):

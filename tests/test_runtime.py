@@ -5,6 +5,7 @@ import types
 import pytest
 
 from keras_vit import runtime
+from tests.conftest import once_per_ci
 
 
 @pytest.fixture
@@ -47,6 +48,7 @@ def test_setup_reads_small_mode_and_seeds(bare, capsys):
     assert np.random.rand() == draw  # the same seed, the same draws
 
 
+@once_per_ci  # a fresh interpreter under jax, whatever the suite's backend
 def test_setup_keeps_tensorflow_start_up_lines_out_of_the_notebook(tmp_path):
     """What a kernel captures from fd 2 during the set-up cell: nothing (TensorFlow's C++ lines
     bypass Python's sys.stderr)."""

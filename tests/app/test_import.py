@@ -12,6 +12,7 @@ import pytest
 
 import keras_vit
 from keras_vit.app import cli, commands
+from tests.conftest import once_per_ci
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -40,6 +41,7 @@ def _python(code, **env):
     return done
 
 
+@once_per_ci  # a fresh interpreter, without the suite's KERAS_BACKEND
 @pytest.mark.parametrize("env", [{}, {"KERAS_BACKEND": "jax"}])
 def test_import_has_no_side_effects(env):
     effects = json.loads(_python(_PROBE, **env).stdout.splitlines()[-1])
@@ -76,6 +78,7 @@ print(json.dumps(found))
 """
 
 
+@once_per_ci
 def test_old_import_paths_warn_and_work():
     found = json.loads(_python(_ALIASES).stdout.splitlines()[-1])
     assert found["table_6"] > 0

@@ -9,6 +9,8 @@ keras_hub = pytest.importorskip("keras_hub")  # in the dev and hub extras
 from conftest import fixture_path  # noqa: E402
 from keras_vit import VisionTransformer, from_keras_hub, load_checkpoint, to_keras_hub  # noqa: E402
 
+keras_hub = pytest.importorskip("keras_hub")  # in the dev extra; not on Colab's TPU runtime
+
 SMALL = dict(patch_size=4, num_layers=2, num_heads=2, hidden_dim=8, mlp_dim=16)
 
 
