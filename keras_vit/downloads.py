@@ -9,10 +9,14 @@ its check is deleted, so a broken file never stays in the cache.
 
 Example:
 >>> import os
+>>> before = os.environ.get("KERAS_VIT_MIRROR")
 >>> os.environ["KERAS_VIT_MIRROR"] = "http://127.0.0.1:8000/buckets/"
 >>> mirrored("https://storage.googleapis.com/vit_models/imagenet21k/ViT-B_16.npz")
 'http://127.0.0.1:8000/buckets/storage.googleapis.com/vit_models/imagenet21k/ViT-B_16.npz'
->>> del os.environ["KERAS_VIT_MIRROR"]
+>>> if before is None:
+...     del os.environ["KERAS_VIT_MIRROR"]
+... else:
+...     os.environ["KERAS_VIT_MIRROR"] = before
 """
 
 import hashlib
