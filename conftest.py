@@ -4,10 +4,26 @@
 # the README's install (no TensorFlow) runs on jax instead of failing in `import keras`.
 import importlib.util
 
+import pytest
+
 from keras_vit.app.backend_choice import choose_backend
 
 choose_backend()
 
-# keras_vit.data.tfdata is the tf.data path: where TensorFlow is not installed (Colab's TPU
-# runtime) its import refuses with the install line, so its doctests are collected only where it is.
+# Optional packages (the interop extra, TensorFlow) are not on every runtime: Colab's TPU runtime
+# has none of them. keras_vit.data.tfdata refuses to import without TensorFlow, so its doctests
+# are collected only where it is installed; the doctests below skip where a package is missing.
 collect_ignore = [] if importlib.util.find_spec("tensorflow") else ["keras_vit/data/tfdata.py"]
+DOCTESTS_NEED = {
+    "keras_vit.checkpoints.keras_hub.from_keras_hub": ("keras_hub",),
+    "keras_vit.checkpoints.keras_hub.to_keras_hub": ("keras_hub",),
+    "keras_vit.checkpoints.export.export_model": ("onnx",),
+    "keras_vit.checkpoints.formats.save_checkpoint": ("safetensors",),
+}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        missing = [m for m in DOCTESTS_NEED.get(item.name, ()) if not importlib.util.find_spec(m)]
+        if missing:
+            item.add_marker(pytest.mark.skip(reason=f"needs {', '.join(missing)}"))

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from interop_helpers import assert_close, images, numpy, randomise_keras, randomise_torch
 
+from conftest import installed
 from keras_vit import ResNetV2, VisionTransformer, load_checkpoint
 from keras_vit.checkpoints.export import export_model
 from keras_vit.layers.encoder import gelu, gelu_through_erf
@@ -20,6 +21,11 @@ except ImportError:
 
 ATOL = 1e-4
 BACKEND = keras.backend.backend()
+# The interop extra's exporters and runtimes; Colab's TPU runtime has neither them nor TensorFlow.
+needs_onnx = pytest.mark.skipif(not installed("onnx", "onnxruntime"),
+                                reason="ONNX export needs onnx and onnxruntime (the interop extra)")
+needs_tensorflow = pytest.mark.skipif(not installed("tensorflow"),
+                                      reason="SavedModel and TFLite need TensorFlow")
 
 
 def _model(kind):
@@ -71,6 +77,7 @@ def _run_saved_model(path, x):
     return loaded.serve(x).numpy()
 
 
+@needs_onnx
 @pytest.mark.parametrize("kind", ["vit", "vit_exact_gelu", "hybrid", "bit"])
 def test_onnx_matches(kind, tmp_path):
     _export_and_compare(_model(kind), images(), tmp_path / "model.onnx", f"onnx {kind}")
@@ -96,6 +103,8 @@ def test_erf_gelu_is_the_exact_gelu():
 
 
 def _timm_file(path):
+    if not installed("torch", "timm", "safetensors"):
+        pytest.skip("timm's models need torch, timm and safetensors")
     import torch
     from safetensors.torch import save_file
     from timm_import import import_timm
@@ -120,6 +129,7 @@ def _transformers_folder(path):
     return load_checkpoint(path / "hf")
 
 
+@needs_onnx
 @pytest.mark.parametrize("source", ["timm", "transformers"])
 def test_onnx_of_timm_and_transformers_files(source, tmp_path):
     model = _timm_file(tmp_path) if source == "timm" else _transformers_folder(tmp_path)
@@ -144,6 +154,7 @@ def test_undefined_onnx_ops_are_refused(tmp_path):
 
 @pytest.mark.skipif(BACKEND == "torch", reason="Keras exports SavedModels from jax and "
                     "tensorflow only; test_torch_refuses_saved_model covers torch")
+@needs_tensorflow
 @pytest.mark.parametrize("kind", ["vit", "hybrid", "bit"])
 def test_saved_model_and_tflite_match(kind, tmp_path):
     model, x = _model(kind), images()
