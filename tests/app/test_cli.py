@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from keras_vit.app import cli, configs, finetune, run_files, runs, train
-from tests.conftest import fixture_path
+from tests.conftest import fixture_path, installed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = ["--train-examples", "256", "--test-examples", "64", "--batch-size", "64",
@@ -122,6 +122,8 @@ def test_bad_inputs(tmp_path, capsys, monkeypatch):
     assert not os.path.exists(out[1])  # a run that fails its checks leaves no folder behind
 
 
+@pytest.mark.skipif(not installed("tensorflow", "tensorflow_datasets"),
+                    reason="tensorflow-datasets datasets need tensorflow and tensorflow-datasets")
 def test_train_on_a_tfds_dataset_with_mock_data(tmp_path):
     pytest.importorskip("tensorflow")
     tfds = pytest.importorskip("tensorflow_datasets")

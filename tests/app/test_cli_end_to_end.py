@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import LOGIT_ATOL, fixture_path, once_per_ci
+from conftest import LOGIT_ATOL, fixture_path, installed, once_per_ci
 from keras_vit import data
 from keras_vit.app import cli, run_files
 
@@ -66,6 +66,7 @@ def test_evaluate_split(learned, tmp_path):
     assert metrics["test_accuracy"] > 2 * CHANCE
 
 
+@pytest.mark.skipif(not installed("safetensors"), reason=".safetensors files need safetensors")
 def test_evaluate_a_timm_file(tmp_path):
     """evaluate and finetune take every format load_checkpoint reads, not only .keras and .npz:
     a timm state dict gives the same accuracy as the same model's .keras file."""

@@ -80,7 +80,8 @@ print(json.dumps(found))
 
 @once_per_ci
 def test_old_import_paths_warn_and_work():
-    found = json.loads(_python(_ALIASES).stdout.splitlines()[-1])
+    # a backend named: Keras' default, tensorflow, is not on every runtime (Colab's TPU)
+    found = json.loads(_python(_ALIASES, KERAS_BACKEND="jax").stdout.splitlines()[-1])
     assert found["table_6"] > 0
     assert found["names"] == [
         "keras_vit.app", "keras_vit.app.cli", "keras_vit.app.backend_choice",

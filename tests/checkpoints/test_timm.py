@@ -25,7 +25,14 @@ from interop_helpers import (
 from timm_import import import_timm
 
 import keras_vit
+from conftest import installed
 from keras_vit import VisionTransformer, load_checkpoint, save_checkpoint
+
+# The interop extra's packages; Colab's TPU runtime has none of them (timm: --no-deps, README).
+needs_timm = pytest.mark.skipif(not installed("torch", "timm", "safetensors"),
+                                reason="timm's models need torch, timm and safetensors")
+needs_safetensors = pytest.mark.skipif(not installed("safetensors"),
+                                       reason=".safetensors files need safetensors")
 
 SMALL = dict(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, mlp_ratio=2.0,
              num_classes=5)
@@ -97,6 +104,7 @@ def _save_torch(module, path):
         torch.save(state, path)
 
 
+@needs_timm
 @pytest.mark.parametrize("suffix", [".safetensors", ".pth"])
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_timm_both_ways(variant, suffix, tmp_path):
@@ -122,6 +130,7 @@ def test_timm_both_ways(variant, suffix, tmp_path):
     assert_close(_logits(fresh, x), numpy(model(x)), f"timm {variant} save")
 
 
+@needs_timm
 def test_timm_resized_on_load(tmp_path):
     reference = randomise_torch(_vit())
     _save_torch(reference, tmp_path / "vit.safetensors")
@@ -153,6 +162,7 @@ def _write(tmp_path, state, name="edited.safetensors"):
     return tmp_path / name
 
 
+@needs_safetensors
 def test_keras_round_trip_is_exact(tmp_path):
     need("safetensors")
     model = _keras_vit()
@@ -173,6 +183,7 @@ REFUSED = {
 }
 
 
+@needs_safetensors
 @pytest.mark.parametrize("variant", sorted(REFUSED))
 def test_variants_outside_the_paper_are_refused_by_name(variant, tmp_path):
     key, shape, words = REFUSED[variant]
@@ -183,6 +194,7 @@ def test_variants_outside_the_paper_are_refused_by_name(variant, tmp_path):
     assert words in str(info.value)
 
 
+@needs_safetensors
 def test_pos_embed_without_class_row_is_refused(tmp_path):
     state = _state(tmp_path)
     state["pos_embed"] = state["pos_embed"][:, 1:]
@@ -190,6 +202,7 @@ def test_pos_embed_without_class_row_is_refused(tmp_path):
         load_checkpoint(_write(tmp_path, state), num_heads=4)
 
 
+@needs_safetensors
 def test_unknown_width_needs_num_heads(tmp_path):
     need("safetensors")
     path = tmp_path / "vit.safetensors"
@@ -198,6 +211,7 @@ def test_unknown_width_needs_num_heads(tmp_path):
         load_checkpoint(path)
 
 
+@needs_safetensors
 def test_unknown_layout_and_truncated_file(tmp_path):
     path = _write(tmp_path, {"encoder.weight": np.zeros(3, "float32")})
     with pytest.raises(ValueError, match="Not a timm ViT, hybrid or BiT"):
@@ -210,6 +224,7 @@ def test_unknown_layout_and_truncated_file(tmp_path):
         load_checkpoint(tmp_path / "cut.safetensors", num_heads=4)
 
 
+@needs_safetensors
 def test_missing_tensor_is_reported(tmp_path):
     state = _state(tmp_path)
     del state["blocks.1.mlp.fc2.bias"]
