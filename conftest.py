@@ -45,6 +45,15 @@ def download_mirror(tmp_path_factory):
     server.shutdown()
 
 
+def pytest_configure(config):
+    # pytest-randomly (the dev extra) shuffles the order and would also reseed Python and NumPy
+    # from its own seed as each test starts, after _seed: Keras' global generator would then
+    # draw its seed from it, and a test's numbers would change with --randomly-seed. The order
+    # is what it is for; the seed stays the suite's own.
+    if config.pluginmanager.hasplugin("randomly"):
+        config.option.randomly_reset_seed = False
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     """Every test and doctest starts from seed 0, whatever ran before it (tests run in random

@@ -7,16 +7,12 @@ the buckets: ``https://storage.googleapis.com/vit_models/x.npz`` is fetched from
 ``<base url>/storage.googleapis.com/vit_models/x.npz``). A download that is cut short or fails
 its check is deleted, so a broken file never stays in the cache.
 
-Example:
+Example (the variable set for this block only, as a shell's ``KERAS_VIT_MIRROR=... python``):
 >>> import os
->>> before = os.environ.get("KERAS_VIT_MIRROR")
->>> os.environ["KERAS_VIT_MIRROR"] = "http://127.0.0.1:8000/buckets/"
->>> mirrored("https://storage.googleapis.com/vit_models/imagenet21k/ViT-B_16.npz")
+>>> from unittest import mock
+>>> with mock.patch.dict(os.environ, KERAS_VIT_MIRROR="http://127.0.0.1:8000/buckets/"):
+...     mirrored("https://storage.googleapis.com/vit_models/imagenet21k/ViT-B_16.npz")
 'http://127.0.0.1:8000/buckets/storage.googleapis.com/vit_models/imagenet21k/ViT-B_16.npz'
->>> if before is None:
-...     del os.environ["KERAS_VIT_MIRROR"]
-... else:
-...     os.environ["KERAS_VIT_MIRROR"] = before
 """
 
 import hashlib

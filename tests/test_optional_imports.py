@@ -144,7 +144,7 @@ def test_exports(name, module, extra, hide, tmp_path):
 def fresh_tfdata(monkeypatch):
     """``keras_vit.data.tfdata`` imported anew, as in a process that has not imported it."""
     monkeypatch.delitem(sys.modules, "keras_vit.data.tfdata", raising=False)
-    monkeypatch.delattr(data, "tfdata", raising=False)
+    monkeypatch.delitem(vars(data), "tfdata", raising=False)  # getattr would import it
 
 
 def test_tensorflow_datasets_without_tensorflow(hide, fresh_tfdata):
