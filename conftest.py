@@ -3,6 +3,7 @@
 # keras.json of their own) it takes the one `keras-vit` would, so that `python -m pytest` after
 # the README's install (no TensorFlow) runs on jax instead of failing in `import keras`.
 import importlib.util
+import os
 
 import pytest
 
@@ -96,6 +97,19 @@ def pytest_collect_file(file_path, parent):
         skipped.missing = missing
         return [skipped]
     return collectors
+
+
+@pytest.fixture(autouse=True)
+def _doctest_leaves_the_environment(request):
+    """A doctest that shows a variable (downloads.py sets and deletes KERAS_VIT_MIRROR) leaves
+    os.environ as it found it: in random order, the tests after it keep the session's mirror."""
+    if not isinstance(request.node, pytest.DoctestItem):
+        yield
+        return
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 def pytest_collection_modifyitems(items):
