@@ -1,15 +1,16 @@
 # Runs first, for doctests and tests alike, with the repository as working folder. The suite is
 # an application of the library: where the user chose no backend (no KERAS_BACKEND, no
 # keras.json of their own) it takes the one `keras-vit` would, so that `python -m pytest` after
-# the README's install (no TensorFlow) runs on jax instead of failing in `import keras`.
+# the README's install runs on an installed backend instead of failing in `import keras`.
 import importlib.util
 import os
 
 import pytest
 
-from keras_vit.app.backend_choice import choose_backend
+from keras_vit.app.backend_choice import choose_backend, passive_threads
 
 choose_backend()
+passive_threads()  # as the command: torch's waiting threads must not spin on shared cores
 
 
 # The fixtures below serve doctests and tests alike (a doctest must not depend on a test having

@@ -12,7 +12,10 @@ this module, like ``import keras_vit``, changes nothing: a library leaves the pr
 environment, file descriptors and threads to the program that imports it.
 
 The command also quiets the start-up lines of TensorFlow and XLA (oneDNN notices, CUDA probing on a
-machine without a GPU) that come before the first epoch; a variable the user set is kept.
+machine without a GPU) that come before the first epoch, and on the torch backend makes OpenMP's
+waiting threads sleep (``OMP_WAIT_POLICY=PASSIVE``): torch's CPU threads otherwise spin while they
+wait, and on cores that other programs share they spin against those programs and each other, which
+made a training step 10-40x slower (docs/results.md). A variable the user set is kept.
 """
 
 import atexit
@@ -25,12 +28,12 @@ import threading
 
 CHOSEN = None  # the backend prepare_command_line chose for the user, until announced
 KERAS_DEFAULT = "tensorflow"
-# Fastest first, for the whole `keras-vit train` job: benchmarks/train_job.py on a CPU,
-# benchmarks/train_step.py on a GPU (the numbers: docs/results.md). The CPU
-# order is for a machine that other programs share: torch, the fastest on idle cores, stalls
-# when they are busy (its threads, and tf.data's, wait on each other).
-FASTEST = {"cpu": ("tensorflow", "jax", "torch"), "gpu": ("jax", "torch", "tensorflow")}
+# Fastest first, for the whole `keras-vit train` job: benchmarks/train_job.py on a CPU, idle and
+# shared with other programs, benchmarks/train_step.py on a GPU (the numbers: docs/results.md).
+FASTEST = {"cpu": ("torch", "tensorflow", "jax"), "gpu": ("jax", "torch", "tensorflow")}
 QUIET = {"TF_CPP_MIN_LOG_LEVEL": "2", "GRPC_VERBOSITY": "ERROR", "GLOG_minloglevel": "2"}
+# torch's intra-op threads are OpenMP's: sleeping, not spinning, while they wait for work.
+TORCH_THREADS = {"OMP_WAIT_POLICY": "PASSIVE"}
 # TensorFlow's start-up lines that come through before its logging reads TF_CPP_MIN_LOG_LEVEL.
 NOISE = re.compile(
     r"^(WARNING: All log messages before absl::InitializeLog\(\) is called"
@@ -49,6 +52,7 @@ def prepare_command_line():
         return
     CHOSEN = choose_backend()
     quiet_startup()
+    passive_threads()
     noise = FilteredStderr().__enter__()
     atexit.register(noise.__exit__, None, None, None)  # after a traceback is printed
 
@@ -124,6 +128,27 @@ def quiet_startup(environ=None):
     environ = os.environ if environ is None else environ
     for name, value in QUIET.items():
         environ.setdefault(name, value)
+
+
+def backend_in_use(environ=None):
+    """The backend Keras will load: the user's, the one chosen here, else Keras' default.
+
+    >>> backend_in_use({"KERAS_BACKEND": "torch"})
+    'torch'
+    """
+    environ = os.environ if environ is None else environ
+    return user_backend(environ) or KERAS_DEFAULT
+
+
+def passive_threads(environ=None):
+    """On the torch backend, let OpenMP's idle threads sleep (unless the user set the policy).
+
+    Set before torch is imported: OpenMP reads the variable once, when it starts.
+    """
+    environ = os.environ if environ is None else environ
+    if backend_in_use(environ) == "torch":
+        for name, value in TORCH_THREADS.items():
+            environ.setdefault(name, value)
 
 
 class FilteredStderr:

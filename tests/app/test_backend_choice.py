@@ -114,6 +114,38 @@ def test_quiet_startup_keeps_the_users_settings():
     assert environ["TF_CPP_MIN_LOG_LEVEL"] == "0" and environ["GRPC_VERBOSITY"] == "ERROR"
 
 
+@pytest.mark.parametrize("environ, expected", [
+    ({"KERAS_BACKEND": "torch"}, "PASSIVE"),
+    ({"KERAS_BACKEND": "torch", "OMP_WAIT_POLICY": "ACTIVE"}, "ACTIVE"),  # the user's setting
+    ({"KERAS_BACKEND": "tensorflow"}, None),
+    ({"KERAS_BACKEND": "jax"}, None),
+])
+def test_torch_threads_sleep_while_they_wait(tmp_path, environ, expected):
+    environ = dict(environ, KERAS_HOME=str(tmp_path))
+    backend_choice.passive_threads(environ)
+    assert environ.get("OMP_WAIT_POLICY") == expected
+
+
+def test_torch_threads_sleep_when_torch_is_chosen_for_the_user(tmp_path):
+    environ = {"KERAS_HOME": str(tmp_path)}
+    chosen = backend_choice.choose_backend(environ)
+    backend_choice.passive_threads(environ)
+    assert (environ.get("OMP_WAIT_POLICY") == "PASSIVE") == (chosen == "torch")
+
+
+def test_the_command_sets_the_policy_before_torch_starts(tmp_path):
+    """The entry point's preparation, in a fresh interpreter with no Keras imported yet."""
+    code = ("from keras_vit.app import backend_choice\n"
+            "backend_choice.prepare_command_line()\n"
+            "import os, sys\n"
+            "print(os.environ.get('OMP_WAIT_POLICY'), 'torch' in sys.modules)")
+    environ = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONPATH": ROOT,
+               "KERAS_BACKEND": "torch"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=environ, timeout=120)
+    assert done.stdout.split() == ["PASSIVE", "False"], done.stderr
+
+
 def test_filtered_stderr_drops_only_the_noise(capfd):
     noise = ("I0000 00:00:1795502845.250373   19794 port.cc:153] oneDNN custom operations are "
              "on. You may see slightly different numerical results.\n"
