@@ -11,7 +11,7 @@ effects, and every module is reached by attribute whatever was imported before. 
 ``keras-vit`` command, which chooses a backend, is the application ``keras_vit.app``.
 """
 
-from keras_vit import _deprecated, _submodules
+from keras_vit import _submodules
 
 __version__ = "0.1.0"
 
@@ -61,12 +61,6 @@ __all__ = [
     "save_checkpoint",
     "to_keras_hub",
 ]  # the keys of _ORIGINS
-
-# Deprecated aliases (no module is imported until one is used): the command line moved.
-_deprecated.install(__name__, {
-    "cli": ("keras_vit.app.cli", ("keras_vit.app:main",)),  # old console scripts call main
-    "backend_choice": ("keras_vit.app.backend_choice", ()),
-})
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: for type checkers and IDEs
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""Every dotted name the documentation gives (``keras_vit.models.registry.create_model``) is
+"""Every dotted name the documentation gives (``keras_vit.models.registry.build_model``) is
 reached by attribute access after a plain ``import keras_vit``, whatever else was imported.
 
 The names come from README.md, docs/*.md, the notebooks' cells and the package's source

@@ -9,6 +9,7 @@ import keras
 from keras_vit import data
 from keras_vit.app import configs, run_files, runs
 from keras_vit.app.errors import UsageError
+from keras_vit.checkpoints import convert
 from keras_vit.distribution import check_batch_size
 from keras_vit.models.memory import device_memory_gib, plan_batch
 from keras_vit.models.resize import rebuild
@@ -119,7 +120,7 @@ def finetune(config):
 
     def prepare():  # loaded once, after the batch checks that need no model
         if not prepared:
-            pretrained = runs.load_model_file(config.checkpoint)
+            pretrained = convert.load_model(config.checkpoint)
             size = config.image_size or pretrained.input_shape[1]
             prepared.append((prepare_finetuning(pretrained, run.info.num_classes,
                                                 image_size=size), size))
