@@ -25,11 +25,11 @@ _ORIGINS = {
     "create_model": "keras_vit.pretrained",
     "distribution": "",
     "export_model": "keras_vit.checkpoints.export",
-    "flops": "keras_vit.models.compute",
+    "flops": "keras_vit.costs.compute",
     "from_keras_hub": "keras_vit.checkpoints.keras_hub",
-    "largest_batch": "keras_vit.models.memory",
+    "largest_batch": "keras_vit.costs.memory",
     "load_checkpoint": "keras_vit.checkpoints.formats",
-    "memory": "keras_vit.models.memory",
+    "memory": "keras_vit.costs.memory",
     "model_names": "keras_vit.models.registry",
     "patchify": "keras_vit.layers.patching",
     "resize_model": "keras_vit.models.resize",
@@ -68,11 +68,11 @@ if TYPE_CHECKING:
     from keras_vit.checkpoints.export import export_model
     from keras_vit.checkpoints.formats import load_checkpoint, save_checkpoint
     from keras_vit.checkpoints.keras_hub import from_keras_hub, to_keras_hub
+    from keras_vit.costs.compute import flops
+    from keras_vit.costs.memory import largest_batch, memory
     from keras_vit.layers.patching import PatchEmbedding, patchify
     from keras_vit.layers.position import resize_position_embedding
     from keras_vit.models.axial import AxialResNet, AxialVisionTransformer
-    from keras_vit.models.compute import flops
-    from keras_vit.models.memory import largest_batch, memory
     from keras_vit.models.registry import model_names
     from keras_vit.models.resize import resize_model, resize_patch_size
     from keras_vit.models.resnet_v2 import ResNetV2

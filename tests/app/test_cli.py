@@ -73,7 +73,7 @@ def test_finetune_at_a_higher_resolution(trained, tmp_path):
 
 def test_finetune_chooses_the_accumulation_that_fits_memory_gib(trained, tmp_path, capsys):
     from keras_vit.checkpoints import convert
-    from keras_vit.models.memory import GIB, memory
+    from keras_vit.costs.memory import GIB, memory
     from keras_vit.training.recipes import prepare_finetuning
 
     # a budget for 2.5 examples of the fine-tuned model at 56 px: batch 10 = 5 x 2

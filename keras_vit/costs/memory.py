@@ -54,15 +54,15 @@ import re
 
 import keras
 
-from keras_vit.layers.resnet import root_width
-from keras_vit.models.axial import AxialResNet, AxialVisionTransformer
-from keras_vit.models.compute import (
+from keras_vit.costs.compute import (
     _ceil_half,
     _check_size,
     _configuration,
     resnet_units,
     token_spans,
 )
+from keras_vit.layers.resnet import root_width
+from keras_vit.models.axial import AxialResNet, AxialVisionTransformer
 from keras_vit.models.resnet_v2 import ResNetV2
 from keras_vit.models.vit import VisionTransformer
 
@@ -312,7 +312,7 @@ def _check_covered(model_class):
         raise TypeError(
             f"memory counts the keras_vit models {', '.join(c.__name__ for c in COVERED)} "
             f"(and their registered names), got {model_class.__name__}: its blocks are not in "
-            "the count. Measure it with XLA instead: keras_vit.models.memory.xla_memory(model, "
+            "the count. Measure it with XLA instead: keras_vit.costs.memory.xla_memory(model, "
             "batch_size) under jax (jax.jit(step).lower(...).compile().memory_analysis())."
         )
 

@@ -4,7 +4,7 @@ import keras
 import pytest
 
 import keras_vit
-from keras_vit.models.memory import (
+from keras_vit.costs.memory import (
     DEVICE_MEMORY_GIB,
     GIB,
     device_memory_gib,
@@ -152,7 +152,7 @@ def test_agreement_with_xla(model_class, config, training):
     """Within the range measured by benchmarks/memory.py --xla (XLA_AGREEMENT), widened by
     10 % for other jax versions: the six steps measured 1.01, 1.23-1.29, 0.79-0.82 (ViT,
     hybrid, BiT), 0.99, 0.97 and 1.20 (Axial-ViT, Axial-ViT GAP, AxialResNet)."""
-    from keras_vit.models.memory import XLA_AGREEMENT, xla_memory
+    from keras_vit.costs.memory import XLA_AGREEMENT, xla_memory
 
     model = model_class(num_classes=10, **config)
     low, high = XLA_AGREEMENT["training" if training else "inference"]
