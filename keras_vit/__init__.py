@@ -27,7 +27,7 @@ _ORIGINS = {
     "export_model": "keras_vit.checkpoints.export",
     "flops": "keras_vit.costs.compute",
     "from_keras_hub": "keras_vit.checkpoints.keras_hub",
-    "largest_batch": "keras_vit.costs.memory",
+    "largest_batch": "keras_vit.costs.batches",
     "load_checkpoint": "keras_vit.checkpoints.formats",
     "memory": "keras_vit.costs.memory",
     "model_names": "keras_vit.models.registry",
@@ -68,8 +68,9 @@ if TYPE_CHECKING:
     from keras_vit.checkpoints.export import export_model
     from keras_vit.checkpoints.formats import load_checkpoint, save_checkpoint
     from keras_vit.checkpoints.keras_hub import from_keras_hub, to_keras_hub
+    from keras_vit.costs.batches import largest_batch
     from keras_vit.costs.compute import flops
-    from keras_vit.costs.memory import largest_batch, memory
+    from keras_vit.costs.memory import memory
     from keras_vit.layers.patching import PatchEmbedding, patchify
     from keras_vit.layers.position import resize_position_embedding
     from keras_vit.models.axial import AxialResNet, AxialVisionTransformer

@@ -10,7 +10,8 @@ from keras_vit import data
 from keras_vit.app import configs, run_files, runs
 from keras_vit.app.errors import UsageError
 from keras_vit.checkpoints import convert
-from keras_vit.costs.memory import device_memory_gib, plan_batch
+from keras_vit.costs.batches import plan_batch
+from keras_vit.costs.devices import device_memory_gib
 from keras_vit.distribution import check_batch_size
 from keras_vit.models.resize import rebuild
 from keras_vit.training.published import recipe

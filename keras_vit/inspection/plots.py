@@ -3,7 +3,7 @@ Fig. 12 right: the largest batch that fits a device), and one head's attention m
 rows drawn as maps.
 
 Each helper takes the arrays computed by ``keras_vit.inspection`` (or, for Fig. 12, the table of
-``keras_vit.costs.memory.figure_12``) and returns a
+``keras_vit.costs.batches.figure_12``) and returns a
 ``matplotlib.figure.Figure`` (not registered with pyplot: show it in a notebook as the cell's
 value or with ``display(fig)``, or write it with ``fig.savefig``). matplotlib is imported only
 when a helper is called (``pip install matplotlib``, or the ``inspection`` extra).
@@ -541,7 +541,7 @@ def plot_largest_batch(table, memory_gib=16, training=False, title=None):
 
     Args:
         table: ``{model: [(image_size, batch), ...]}`` from
-            ``keras_vit.costs.memory.figure_12``.
+            ``keras_vit.costs.batches.figure_12``.
         memory_gib: the device memory the table was counted for (the y label says it).
         training: whether the table counts a training step rather than inference.
         title: the figure title; by default "Fig. 12 (right), from keras_vit.memory".
@@ -557,7 +557,7 @@ def plot_largest_batch(table, memory_gib=16, training=False, title=None):
             dict(table).items()}
     if not rows or not all(rows.values()):
         raise ValueError("Expected a table {model: [(image_size, batch), ...]} with at least one "
-                         "size per model, e.g. keras_vit.costs.memory.figure_12().")
+                         "size per model, e.g. keras_vit.costs.batches.figure_12().")
     fig = _new_figure((6.2, 4.2))
     axis = fig.add_subplot(1, 1, 1)
     for name, row in rows.items():
