@@ -87,7 +87,7 @@ def __getattr__(name):
     import importlib
 
     if name not in _ORIGINS:
-        return _submodule(name)  # keras_vit.models, keras_vit.runtime, ... or AttributeError
+        return _submodule(name)  # keras_vit.models, keras_vit.distribution, ... or AttributeError
     origin = _ORIGINS[name]
     value = (importlib.import_module(f"keras_vit.{name}") if not origin
              else getattr(importlib.import_module(origin), name))

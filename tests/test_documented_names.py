@@ -82,7 +82,7 @@ def resolved():
 def test_the_documents_name_modules():
     names = documented_names()
     assert len(names) > 100, names  # the pattern still finds the names
-    assert {"keras_vit.models.registry", "keras_vit.runtime.setup", "keras_vit.app.cli",
+    assert {"keras_vit.models.registry", "keras_vit.app.runtime.setup", "keras_vit.app.cli",
             "keras_vit.data.preprocessing.preprocess"} <= set(names)
 
 
