@@ -96,7 +96,6 @@ import numpy as np
 
 import keras_vit
 from keras_vit.evaluation.speed import median_seconds
-from keras_vit.models import registry
 
 MODELS = ("ViT-B/32", "ViT-B/16", "Axial-ViT-B/32", "Axial-ViT-B/16", "BiT-R50x1",
           "AxialResNet50")
@@ -105,7 +104,7 @@ MODELS = ("ViT-B/32", "ViT-B/16", "Axial-ViT-B/32", "Axial-ViT-B/16", "BiT-R50x1
 def model_table(args):
     images = np.random.default_rng(0).uniform(
         -1, 1, (args.batch, args.image_size, args.image_size, 3)).astype("float32")
-    models = {name: registry.build_model(name, image_size=args.image_size)
+    models = {name: keras_vit.create_model(name, image_size=args.image_size)
               for name in args.models}
     calls = {name: (lambda m=m: m.predict_on_batch(images)) for name, m in models.items()}
     seconds = median_seconds(calls, rounds=args.rounds)

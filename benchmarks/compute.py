@@ -1,14 +1,15 @@
 """Pre-training compute of every model of the paper's Table 6 (the x-axis of Fig. 5).
 
-Our estimate, ``keras_vit.models.compute.pretraining_flops``: ``keras_vit.flops`` of one 224-px
+Our estimate, ``keras_vit.costs.compute.pretraining_flops``: ``keras_vit.flops`` of one 224-px
 image (forward) x 3 (forward and backward) x epochs x 303M JFT-300M images, beside the paper's
-exaFLOPs (``keras_vit.models.compute.TABLE_6``). Counted from the registered names: nothing is
+exaFLOPs (``keras_vit.costs.table_6.TABLE_6``). Counted from the registered names: nothing is
 built, so this runs in a blink.
 
     python benchmarks/compute.py
 """
 
-from keras_vit.models.compute import TABLE_6, flops, pretraining_flops
+from keras_vit.costs.compute import flops, pretraining_flops
+from keras_vit.costs.table_6 import TABLE_6
 
 
 def rows():

@@ -6,7 +6,7 @@
     python benchmarks/memory.py --xla                # the model against XLA:CPU (jax backend)
     python benchmarks/memory.py --throughput         # CPU inference images/s against size
 
-The table comes from ``keras_vit.models.memory.figure_12`` (nothing is built). The paper's
+The table comes from ``keras_vit.costs.batches.figure_12`` (nothing is built). The paper's
 reading (Appendix D.5, Fig. 12 right, inference on a 16 GiB TPUv3 core): large ViTs fit larger
 batches than ResNets, and every model's batch falls as the resolution grows.
 
@@ -46,7 +46,7 @@ def xla_table(only=None):
     import keras
 
     from keras_vit import AxialResNet, AxialVisionTransformer, ResNetV2, VisionTransformer
-    from keras_vit.models.memory import memory, xla_memory
+    from keras_vit.costs.memory import memory, xla_memory
 
     vit = dict(num_classes=10)
     configurations = [
@@ -132,7 +132,7 @@ def main():
     parser.add_argument("--throughput", action="store_true")
     parser.add_argument("--sizes", type=int, nargs="+", default=(224, 288, 384, 448, 512))
     args = parser.parse_args()
-    from keras_vit.models.memory import figure_12
+    from keras_vit.costs.batches import figure_12
 
     table = figure_12(sizes=args.sizes, memory_gib=args.memory_gib, training=args.train)
     print_table(table, args.memory_gib, args.train)

@@ -11,7 +11,7 @@ effects, and every module is reached by attribute whatever was imported before. 
 ``keras-vit`` command, which chooses a backend, is the application ``keras_vit.app``.
 """
 
-from keras_vit import _deprecated, _submodules
+from keras_vit import _submodules
 
 __version__ = "0.1.0"
 
@@ -25,11 +25,11 @@ _ORIGINS = {
     "create_model": "keras_vit.pretrained",
     "distribution": "",
     "export_model": "keras_vit.checkpoints.export",
-    "flops": "keras_vit.models.compute",
+    "flops": "keras_vit.costs.compute",
     "from_keras_hub": "keras_vit.checkpoints.keras_hub",
-    "largest_batch": "keras_vit.models.memory",
+    "largest_batch": "keras_vit.costs.batches",
     "load_checkpoint": "keras_vit.checkpoints.formats",
-    "memory": "keras_vit.models.memory",
+    "memory": "keras_vit.costs.memory",
     "model_names": "keras_vit.models.registry",
     "patchify": "keras_vit.layers.patching",
     "resize_model": "keras_vit.models.resize",
@@ -62,23 +62,18 @@ __all__ = [
     "to_keras_hub",
 ]  # the keys of _ORIGINS
 
-# Deprecated aliases (no module is imported until one is used): the command line moved.
-_deprecated.install(__name__, {
-    "cli": ("keras_vit.app.cli", ("keras_vit.app:main",)),  # old console scripts call main
-    "backend_choice": ("keras_vit.app.backend_choice", ()),
-})
-
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: for type checkers and IDEs
 if TYPE_CHECKING:
     from keras_vit import distribution
     from keras_vit.checkpoints.export import export_model
     from keras_vit.checkpoints.formats import load_checkpoint, save_checkpoint
     from keras_vit.checkpoints.keras_hub import from_keras_hub, to_keras_hub
+    from keras_vit.costs.batches import largest_batch
+    from keras_vit.costs.compute import flops
+    from keras_vit.costs.memory import memory
     from keras_vit.layers.patching import PatchEmbedding, patchify
     from keras_vit.layers.position import resize_position_embedding
     from keras_vit.models.axial import AxialResNet, AxialVisionTransformer
-    from keras_vit.models.compute import flops
-    from keras_vit.models.memory import largest_batch, memory
     from keras_vit.models.registry import model_names
     from keras_vit.models.resize import resize_model, resize_patch_size
     from keras_vit.models.resnet_v2 import ResNetV2
@@ -92,7 +87,7 @@ def __getattr__(name):
     import importlib
 
     if name not in _ORIGINS:
-        return _submodule(name)  # keras_vit.models, keras_vit.runtime, ... or AttributeError
+        return _submodule(name)  # keras_vit.models, keras_vit.distribution, ... or AttributeError
     origin = _ORIGINS[name]
     value = (importlib.import_module(f"keras_vit.{name}") if not origin
              else getattr(importlib.import_module(origin), name))

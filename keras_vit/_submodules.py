@@ -31,15 +31,12 @@ def attribute_hook(package):
 
 
 def submodule(package, name):
-    """The module ``package.name``, imported now if needed, or None when there is none.
-
-    A deprecated alias (``keras_vit.cli``, ``keras_vit._deprecated``) counts as a module.
-    """
+    """The module ``package.name``, imported now if needed, or None when there is none."""
     if name.startswith("__"):
         return None  # dunders (__path__, __wrapped__, ...) are looked up by tools, never modules
     full = f"{package}.{name}"
     if full not in sys.modules and importlib.util.find_spec(full) is None:
         return None
     module = importlib.import_module(full)
-    setattr(sys.modules[package], name, module)  # an alias is in sys.modules, not on the package
+    setattr(sys.modules[package], name, module)
     return module

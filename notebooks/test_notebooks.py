@@ -35,7 +35,7 @@ def test_notebook_runs_outside_a_checkout(path):
     setup = [c for c in code if c.startswith("# Set-up")]
     assert len(setup) == 1 and setup[0] == code[0], "one set-up cell, the first code cell"
     assert "KERAS_VIT_INSTALL" in setup[0] and '"keras-vit-paper[notebooks]"' in setup[0]
-    assert "keras_vit.runtime.setup(" in setup[0]  # seeds, small mode, every device
+    assert "keras_vit.app.runtime.setup(" in setup[0]  # seeds, small mode, every device
 
 
 def test_titles_and_cross_references_use_the_file_numbers():

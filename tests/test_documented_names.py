@@ -1,4 +1,4 @@
-"""Every dotted name the documentation gives (``keras_vit.models.registry.create_model``) is
+"""Every dotted name the documentation gives (``keras_vit.models.registry.build_model``) is
 reached by attribute access after a plain ``import keras_vit``, whatever else was imported.
 
 The names come from README.md, docs/*.md, the notebooks' cells and the package's source
@@ -82,7 +82,7 @@ def resolved():
 def test_the_documents_name_modules():
     names = documented_names()
     assert len(names) > 100, names  # the pattern still finds the names
-    assert {"keras_vit.models.registry", "keras_vit.runtime.setup", "keras_vit.app.cli",
+    assert {"keras_vit.models.registry", "keras_vit.app.runtime.setup", "keras_vit.app.cli",
             "keras_vit.data.preprocessing.preprocess"} <= set(names)
 
 

@@ -1,4 +1,5 @@
-"""Data flows one way (docs/architecture.md): no module imports from a room above its own."""
+"""Data flows one way (docs/architecture.md): no module imports from a room above its own, or
+beside it on its floor."""
 
 import ast
 import pathlib
@@ -6,15 +7,19 @@ import pathlib
 import keras_vit
 
 PACKAGE = pathlib.Path(keras_vit.__file__).parent
-# The rooms each room must not import (at module level or inside a function).
-ABOVE = {
-    "layers": {"models", "checkpoints", "training", "evaluation", "inspection", "app"},
-    "models": {"checkpoints", "training", "evaluation", "inspection", "app"},
-    "checkpoints": {"training", "evaluation", "inspection", "app"},
-    "data": {"models", "checkpoints", "training", "evaluation", "inspection", "app"},
-    "training": {"app"},
-    "evaluation": {"app"},
-    "inspection": {"app"},
+# The rooms each room must not import (at module level or inside a function): those above it
+# and those beside it on its floor (docs/architecture.md).
+FORBIDDEN = {
+    "layers": {"data", "models", "checkpoints", "costs", "training", "evaluation", "inspection",
+               "app"},
+    "data": {"layers", "models", "checkpoints", "costs", "training", "evaluation", "inspection",
+             "app"},
+    "models": {"checkpoints", "costs", "training", "evaluation", "inspection", "app"},
+    "checkpoints": {"costs", "training", "evaluation", "inspection", "app"},
+    "costs": {"checkpoints", "training", "evaluation", "inspection", "app"},
+    "training": {"evaluation", "inspection", "app"},
+    "evaluation": {"training", "inspection", "app"},
+    "inspection": {"training", "evaluation", "app"},
 }
 
 
@@ -28,9 +33,14 @@ def _imported_rooms(path):
                 yield parts[1]
 
 
+def test_every_room_has_its_floor():
+    rooms = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").exists()}
+    assert rooms == {*FORBIDDEN, "app"}, "give a new room its floor in FORBIDDEN"
+
+
 def test_no_room_imports_from_above():
     wrong = []
-    for room, above in ABOVE.items():
+    for room, above in FORBIDDEN.items():
         for path in sorted((PACKAGE / room).rglob("*.py")):
             wrong += [f"{path.relative_to(PACKAGE)} imports keras_vit.{r}"
                       for r in _imported_rooms(path) if r in above]
@@ -40,5 +50,5 @@ def test_no_room_imports_from_above():
 def test_the_library_never_imports_the_application():
     wrong = [str(path.relative_to(PACKAGE)) for path in sorted(PACKAGE.rglob("*.py"))
              if path.parts[len(PACKAGE.parts)] != "app" and "app" in set(_imported_rooms(path))
-             and path.name not in ("__main__.py", "_deprecated.py")]
+             and path.name != "__main__.py"]
     assert not wrong, wrong

@@ -1,4 +1,5 @@
-"""The ``keras-vit`` application, above the library: it imports ``keras_vit``, never the reverse.
+"""The applications, above the library: the ``keras-vit`` command, and the set-up of the
+teaching notebooks. They import ``keras_vit``, never the reverse.
 
 - ``cli``: the command line, flags built from the run configurations.
 - ``configs``: one typed configuration per command (options, defaults, help).
@@ -8,6 +9,8 @@
 - ``run_files``: the folder a run writes; ``planning``: the epochs that fit a time budget.
 - ``backend_choice``: the command's Keras backend, chosen in ``main`` before Keras is imported.
 - ``errors``: ``UsageError``, what a command reports as one line instead of a traceback.
+- ``runtime``: the notebooks' side: Colab or Kaggle, their devices, the one set-up cell's
+  ``setup`` (the command does not use it).
 """
 
 from keras_vit import _submodules

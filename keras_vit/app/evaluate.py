@@ -5,6 +5,7 @@ frozen features): the commands that measure a saved model.
 from keras_vit import data
 from keras_vit.app import configs, runs
 from keras_vit.app.errors import UsageError
+from keras_vit.checkpoints import convert
 from keras_vit.evaluation import fewshot_linear
 from keras_vit.models.resize import resize_model
 
@@ -16,7 +17,7 @@ def evaluate(config):
     """
     config = configs.EvaluateConfig.coerce(config)
     run = runs.begin(config)
-    model = runs.load_model_file(config.checkpoint)
+    model = convert.load_model(config.checkpoint)
     if model.output_shape[-1] != run.info.num_classes:
         raise UsageError(
             f"The model has {model.output_shape[-1]} outputs but {run.info.name} has "
@@ -34,7 +35,7 @@ def fewshot(config):
     """
     config = configs.FewshotConfig.coerce(config)
     run = runs.begin(config)
-    model = runs.load_model_file(config.checkpoint)
+    model = convert.load_model(config.checkpoint)
     size = config.image_size or model.input_shape[1]
     arrays = []
     for split, limit in (("train", config.train_examples), ("test", config.test_examples)):

@@ -9,8 +9,10 @@ import keras
 from keras_vit import data
 from keras_vit.app import configs, run_files, runs
 from keras_vit.app.errors import UsageError
+from keras_vit.checkpoints import convert
+from keras_vit.costs.batches import plan_batch
+from keras_vit.costs.devices import device_memory_gib
 from keras_vit.distribution import check_batch_size
-from keras_vit.models.memory import device_memory_gib, plan_batch
 from keras_vit.models.resize import rebuild
 from keras_vit.training.published import recipe
 from keras_vit.training.recipes import finetuning_optimizer, prepare_finetuning
@@ -119,7 +121,7 @@ def finetune(config):
 
     def prepare():  # loaded once, after the batch checks that need no model
         if not prepared:
-            pretrained = runs.load_model_file(config.checkpoint)
+            pretrained = convert.load_model(config.checkpoint)
             size = config.image_size or pretrained.input_shape[1]
             prepared.append((prepare_finetuning(pretrained, run.info.num_classes,
                                                 image_size=size), size))

@@ -18,9 +18,8 @@ from keras_vit import data
 from keras_vit.app import configs, run_files
 from keras_vit.app.configs import DEFAULT_MODEL, DEFAULT_OVERRIDES
 from keras_vit.app.errors import UsageError
-from keras_vit.checkpoints.formats import load_checkpoint
 from keras_vit.distribution import accelerator, check_batch_size, evaluate, num_replicas, precision
-from keras_vit.models.registry import create_model
+from keras_vit.pretrained import create_model
 from keras_vit.training.recipes import classification_loss
 
 
@@ -73,17 +72,6 @@ def build_model(config, *, image_size, num_classes, channels=None, dtype=None):
     if config.get("head_bias_init") is not None:
         overrides["head_bias_init"] = config["head_bias_init"]
     return create_model(name, image_size=image_size, num_classes=num_classes, **overrides)
-
-
-def load_model_file(path):
-    """A model from a ``.keras`` file, or from any checkpoint ``load_checkpoint`` reads: an
-    official ``.npz`` or published name, a timm state dict, a transformers folder."""
-    path = os.fspath(path)
-    if path.endswith(".keras"):
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"No model file at {path!r}.")
-        return keras.saving.load_model(path, compile=False)
-    return load_checkpoint(path)
 
 
 def count_examples(examples):

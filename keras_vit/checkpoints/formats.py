@@ -56,7 +56,8 @@ def load_checkpoint(path, *, format=None, image_size=None, num_classes=None,
         drop_pre_logits: drop the pre-logits layer (official ``pre_logits``, transformers'
             pooler), as fine-tuning with ``representation_size=None`` does.
         **overrides: other constructor arguments, e.g. ``dropout_rate=0.1``; for timm also
-            ``num_heads`` when the width is not one of timm's named ViTs.
+            ``num_heads`` when the width is not one of timm's named ViTs; for official and timm
+            files ``posemb_grid``, the (rows, cols) grid of a non-square position embedding.
 
     Example (the paper's ViT, Sec. 3.1, through an official file):
     >>> import os, tempfile
@@ -72,7 +73,7 @@ def load_checkpoint(path, *, format=None, image_size=None, num_classes=None,
     options = dict(image_size=image_size, num_classes=num_classes, **overrides)
     if format == "timm":
         return timm.load(path, **options)  # timm's ViT has no pre-logits layer to drop
-    load = official.load_checkpoint if format == "official" else transformers.load
+    load = official.load if format == "official" else transformers.load
     return load(path, drop_pre_logits=drop_pre_logits, **options)
 
 
@@ -93,7 +94,7 @@ def save_checkpoint(model, path, format="official"):
     """
     _check_format(format)
     if format == "official":
-        official.save_checkpoint(model, path)
+        official.save(model, path)
     elif format == "timm":
         timm.save(model, path)
     else:

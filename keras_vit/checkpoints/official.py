@@ -234,9 +234,10 @@ def table_for(model):
     return resnet.bit_table(model) if isinstance(model, ResNetV2) else vit_table(model)
 
 
-def load_checkpoint(path, *, image_size=None, num_classes=None, drop_pre_logits=False,
-                    posemb_grid=None, **overrides):
-    """Build the model an official ``.npz`` describes and load every tensor into it.
+def load(path, *, image_size=None, num_classes=None, drop_pre_logits=False, posemb_grid=None,
+         **overrides):
+    """Build the model an official ``.npz`` describes and load every tensor into it (the
+    official format of ``keras_vit.load_checkpoint``).
 
     The architecture (family, patch size, width, depth, heads, MLP size, classifier,
     representation size, classes, ResNet stem, image size) is read from the file.
@@ -261,8 +262,8 @@ def load_checkpoint(path, *, image_size=None, num_classes=None, drop_pre_logits=
     >>> import os, tempfile
     >>> from keras_vit import create_model
     >>> path = os.path.join(tempfile.mkdtemp(), "vit.npz")
-    >>> save_checkpoint(create_model("ViT-Ti/4", image_size=8, num_layers=2, num_classes=3), path)
-    >>> model = load_checkpoint(path)
+    >>> save(create_model("ViT-Ti/4", image_size=8, num_layers=2, num_classes=3), path)
+    >>> model = load(path)
     >>> model.patch_size, model.num_layers
     (4, 2)
     """
@@ -283,8 +284,9 @@ def load_checkpoint(path, *, image_size=None, num_classes=None, drop_pre_logits=
     return model
 
 
-def save_checkpoint(model, path):
-    """Write a keras_vit model in the official ``.npz`` layout (``load_checkpoint`` reads it back).
+def save(model, path):
+    """Write a keras_vit model in the official ``.npz`` layout (``load`` reads it back; the
+    official format of ``keras_vit.save_checkpoint``).
 
     A ``VisionTransformer`` built with another position embedding than the default
     ('learned_1d' at the 'stem', paper Appendix D.4) has no official layout: this raises a
@@ -294,7 +296,7 @@ def save_checkpoint(model, path):
     >>> import os, tempfile
     >>> from keras_vit import create_model
     >>> model = create_model("ViT-Ti/4", image_size=8, num_layers=2, num_classes=3)
-    >>> save_checkpoint(model, os.path.join(tempfile.mkdtemp(), "vit.npz"))
+    >>> save(model, os.path.join(tempfile.mkdtemp(), "vit.npz"))
     """
     arrays = export(table_for(model))
     write_atomically(path, lambda tmp: _savez(tmp, arrays))

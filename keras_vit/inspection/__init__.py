@@ -1,7 +1,7 @@
 """Inspecting a Vision Transformer (paper Sec. 4.5 and Appendix D.7-D.8; Figs. 6, 7, 10, 11).
 
 Computations return numpy arrays; the ``plot_*`` helpers draw them as the paper does
-(``plot_largest_batch`` draws Fig. 12 right from ``keras_vit.models.memory.figure_12``).
+(``plot_largest_batch`` draws Fig. 12 right from ``keras_vit.costs.batches.figure_12``).
 
 Example:
 >>> import numpy as np

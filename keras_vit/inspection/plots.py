@@ -3,7 +3,7 @@ Fig. 12 right: the largest batch that fits a device), and one head's attention m
 rows drawn as maps.
 
 Each helper takes the arrays computed by ``keras_vit.inspection`` (or, for Fig. 12, the table of
-``keras_vit.models.memory.figure_12``) and returns a
+``keras_vit.costs.batches.figure_12``) and returns a
 ``matplotlib.figure.Figure`` (not registered with pyplot: show it in a notebook as the cell's
 value or with ``display(fig)``, or write it with ``fig.savefig``). matplotlib is imported only
 when a helper is called (``pip install matplotlib``, or the ``inspection`` extra).
@@ -177,8 +177,7 @@ def plot_mean_attention_distance(distances, image_size=None, title=None, uniform
     if uniform is not None:
         axis.axhline(float(uniform), color="grey", linestyle=":", linewidth=1.2,
                      label=f"uniform attention ({float(uniform):.1f} px)")
-    axis.set_xlabel("Network depth (layer)")
-    axis.set_xticks(depth if layers <= 12 else depth[::2])
+    _depth_axis(axis, layers)
     axis.set_ylabel("Mean attention distance (pixels)")
     if image_size is not None:
         height, width = image_shape(image_size)
@@ -218,6 +217,31 @@ def plot_distance_from_uniform(distances, uniform, title=None, colors=None):
     >>> [float(y) for y in fig.axes[0].collections[3].get_offsets()[:, 1]]  # b's medians
     [1.5, 1.5]
     """
+    models = _relative_distances(distances, uniform)
+    layers = next(iter(models.values())).shape[0]
+    fig = _new_figure((7.4, 3.8))
+    axis = fig.add_subplot(1, 1, 1)
+    slot = 0.8 / len(models)
+    for index, (label, values) in enumerate(models.items()):
+        colour = colors[index] if colors is not None else f"C{index}"
+        centre = np.arange(layers) + (index - (len(models) - 1) / 2) * slot
+        _draw_heads_beside(axis, values, centre, slot, colour, label)
+    axis.axhline(0.0, color="grey", linestyle=":", linewidth=1.2,
+                 label=f"uniform attention ({float(uniform):.1f} px)")
+    for boundary in np.arange(1, layers) - 0.5:  # the layers' columns
+        axis.axvline(boundary, color="0.85", linewidth=0.8)
+    axis.set_xlim(-0.5, layers - 0.5)
+    _depth_axis(axis, layers)
+    axis.set_ylabel("Mean attention distance minus uniform (pixels)")
+    axis.grid(True, axis="y", alpha=0.3)
+    axis.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                borderaxespad=0)
+    axis.set_title(title or "Mean attention distance, relative to uniform attention")
+    return fig
+
+
+def _relative_distances(distances, uniform):
+    """``{label: (num_layers, num_heads) distances - uniform}``, checked."""
     if not isinstance(distances, dict):
         distances = {"model": distances}
     models = {}
@@ -231,33 +255,24 @@ def plot_distance_from_uniform(distances, uniform, title=None, colors=None):
         models[label] = values - float(uniform)
     if not models or len({values.shape[0] for values in models.values()}) != 1:
         raise ValueError("Expected at least one model, all with the same number of layers.")
-    layers = next(iter(models.values())).shape[0]
-    fig = _new_figure((7.4, 3.8))
-    axis = fig.add_subplot(1, 1, 1)
+    return models
+
+
+def _draw_heads_beside(axis, values, centre, slot, colour, label):
+    """One model's heads as dots spread within its ``slot`` around each layer's ``centre``,
+    and a bar at each layer's median head."""
+    heads = values.shape[1]
+    spread = (np.arange(heads) - (heads - 1) / 2) / max(heads - 1, 1) * 0.6 * slot
+    axis.scatter((centre[:, None] + spread[None]).ravel(), values.ravel(), s=16,
+                 color=colour, alpha=0.8, label=f"{label}: one dot per head")
+    axis.scatter(centre, np.median(values, axis=1), marker="_", s=260, linewidths=2,
+                 color=colour, label=f"{label}: median head")
+
+
+def _depth_axis(axis, layers):
     depth = np.arange(layers)
-    slot = 0.8 / len(models)
-    for index, (label, values) in enumerate(models.items()):
-        colour = colors[index] if colors is not None else f"C{index}"
-        heads = values.shape[1]
-        centre = depth + (index - (len(models) - 1) / 2) * slot
-        spread = (np.arange(heads) - (heads - 1) / 2) / max(heads - 1, 1) * 0.6 * slot
-        axis.scatter((centre[:, None] + spread[None]).ravel(), values.ravel(), s=16,
-                     color=colour, alpha=0.8, label=f"{label}: one dot per head")
-        axis.scatter(centre, np.median(values, axis=1), marker="_", s=260, linewidths=2,
-                     color=colour, label=f"{label}: median head")
-    axis.axhline(0.0, color="grey", linestyle=":", linewidth=1.2,
-                 label=f"uniform attention ({float(uniform):.1f} px)")
-    for boundary in depth[1:] - 0.5:  # the layers' columns
-        axis.axvline(boundary, color="0.85", linewidth=0.8)
-    axis.set_xlim(-0.5, layers - 0.5)
     axis.set_xlabel("Network depth (layer)")
     axis.set_xticks(depth if layers <= 12 else depth[::2])
-    axis.set_ylabel("Mean attention distance minus uniform (pixels)")
-    axis.grid(True, axis="y", alpha=0.3)
-    axis.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.02, 1.0),
-                borderaxespad=0)
-    axis.set_title(title or "Mean attention distance, relative to uniform attention")
-    return fig
 
 
 def _pictures(images, value_range):
@@ -313,42 +328,50 @@ def plot_attention_rollout(images, rollout, value_range=(-1.0, 1.0), max_images=
     ['Input', 'trained', 'untrained']
     """
     pictures = _pictures(images, value_range)
-    labelled = isinstance(rollout, dict)
-    maps = dict(rollout) if labelled else {"Attention rollout": rollout}
+    maps = dict(rollout) if isinstance(rollout, dict) else {"Attention rollout": rollout}
     if not maps:
         raise ValueError("Expected rollout maps, got an empty dict.")
     count = len(pictures) if max_images is None else max(1, min(int(max_images), len(pictures)))
-    heats = {}
-    for label, values in maps.items():
-        values = np.asarray(values, dtype=np.float64)
-        if values.ndim != 3 or len(values) != len(pictures):
-            raise ValueError(
-                f"Expected one (rows, cols) rollout map per image, i.e. shape ({len(pictures)}, "
-                f"rows, cols), got {values.shape}."
-            )
-        patches = values.shape[1] * values.shape[2]
-        relative = values[:count] / values[:count].sum(axis=(1, 2), keepdims=True) * patches
-        heats[label] = rollout_to_image(relative, pictures.shape[1:3], normalize=False)
+    heats = {label: _relative_heat(values, pictures, count) for label, values in maps.items()}
     top = float(vmax) if vmax is not None else max(
         max(float(heat.max()) for heat in heats.values()), 1.0)
     columns = 1 + len(heats)
     fig = _new_figure((2.3 * columns, 2.0 * count + 0.4))
     axes = fig.subplots(count, columns, squeeze=False)
     for index in range(count):
-        _show_image(axes[index, 0], pictures[index])
         label = titles[index] if titles is not None else "Input"
-        axes[index, 0].set_title(label, fontsize=9)
-        # the heat map over a dimmed grey copy of the image, so both stay readable
-        grey = pictures[index].mean(axis=-1, keepdims=True)
-        for column, (name, heat) in enumerate(heats.items(), start=1):
-            _show_image(axes[index, column], 0.35 + 0.5 * grey)
-            image = axes[index, column].imshow(heat[index], cmap="inferno", vmin=0, vmax=top,
-                                               alpha=0.6)
-            axes[index, column].set_title(name, fontsize=9)
+        image = _draw_rollout_row(axes[index], pictures[index], label, heats, index, top)
     bar = fig.colorbar(image, ax=axes[:, 1:], shrink=min(0.9, 0.35 + 0.15 * count),
                        label="rollout / uniform share\n(cyan line: 1, uniform)")
     bar.ax.axhline(1.0, color="cyan", linewidth=2)
     return fig
+
+
+def _relative_heat(values, pictures, count):
+    """The first ``count`` rollout maps relative to the uniform share, upsampled onto the
+    images."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 3 or len(values) != len(pictures):
+        raise ValueError(
+            f"Expected one (rows, cols) rollout map per image, i.e. shape ({len(pictures)}, "
+            f"rows, cols), got {values.shape}."
+        )
+    patches = values.shape[1] * values.shape[2]
+    relative = values[:count] / values[:count].sum(axis=(1, 2), keepdims=True) * patches
+    return rollout_to_image(relative, pictures.shape[1:3], normalize=False)
+
+
+def _draw_rollout_row(axes, picture, label, heats, index, top):
+    """One image, then each model's heat map over a dimmed grey copy of it (so both stay
+    readable); returns the last map drawn, for the colour bar."""
+    _show_image(axes[0], picture)
+    axes[0].set_title(label, fontsize=9)
+    grey = picture.mean(axis=-1, keepdims=True)
+    for column, (name, heat) in enumerate(heats.items(), start=1):
+        _show_image(axes[column], 0.35 + 0.5 * grey)
+        image = axes[column].imshow(heat[index], cmap="inferno", vmin=0, vmax=top, alpha=0.6)
+        axes[column].set_title(name, fontsize=9)
+    return image
 
 
 def _relative_scale(limit):
@@ -455,6 +478,39 @@ def plot_attention_matrix(matrix, grid_size, rows, image=None, value_range=(-1.0
     >>> [axis.get_title() for axis in fig.axes[:3]]
     ['Attention matrix (5 x 5)', 'row 0: class token', 'row 3: patch (1, 0)']
     """
+    matrix, grid, rows = _checked_matrix(matrix, grid_size, rows)
+    tokens, patches = matrix.shape[0], grid[0] * grid[1]
+    first = tokens - patches  # 1 with a class token
+    norm, cmap = _relative_scale(limit)
+    colours = [f"C{k + 2}" for k in range(len(rows))]  # C0, C1 are the models' colours
+    panels = len(rows) + (image is not None)
+    columns = min(panels, 2)
+    lines = -(-panels // columns)
+    fig = _new_figure((4.8 + 2.5 * columns + 1.2, max(4.6, 2.5 * lines + 0.6)))
+    layout = fig.add_gridspec(lines, 1 + columns, width_ratios=[2.1 * lines] + [1.0] * columns)
+    axis = fig.add_subplot(layout[:, 0])
+    shown = axis.imshow(matrix * patches, cmap=cmap, norm=norm, interpolation="nearest")
+    axis.set_title(f"Attention matrix ({tokens} x {tokens})", fontsize=10)
+    axis.set_xlabel("key token (what is looked at)" + ("\n0 = class token" if first else ""))
+    axis.set_ylabel("query token (who looks)")
+    for row, colour in zip(rows, colours):
+        axis.annotate("", xy=(-0.5, row), xytext=(-0.12 * tokens, row),
+                      arrowprops=dict(arrowstyle="->", color=colour, linewidth=2),
+                      annotation_clip=False)
+    maps = [fig.add_subplot(layout[k // columns, 1 + k % columns]) for k in range(panels)]
+    if image is not None:
+        _draw_query_patches(maps.pop(0), image, value_range, grid, first, rows, colours)
+    for panel, row, colour in zip(maps, rows, colours):
+        _draw_row_map(panel, matrix[row, first:].reshape(grid) * patches, row, grid, first,
+                      colour, dict(cmap=cmap, norm=norm))
+    _relative_colorbar(fig, shown, list(fig.axes), limit, patches, shrink=0.8)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def _checked_matrix(matrix, grid_size, rows):
+    """``(matrix, (grid rows, grid cols), rows)`` of ``plot_attention_matrix``, checked."""
     matrix = np.asarray(matrix, dtype=np.float64)
     grid_rows, grid_cols = (int(n) for n in grid_size)
     patches = grid_rows * grid_cols
@@ -468,61 +524,40 @@ def plot_attention_matrix(matrix, grid_size, rows, image=None, value_range=(-1.0
     rows = [int(r) for r in rows]
     if not rows or any(not 0 <= r < tokens for r in rows):
         raise ValueError(f"rows must be query tokens between 0 and {tokens - 1}, got {rows}.")
-    first = tokens - patches  # 1 with a class token
-    norm, cmap = _relative_scale(limit)
-    colours = [f"C{k + 2}" for k in range(len(rows))]  # C0, C1 are the models' colours
+    return matrix, (grid_rows, grid_cols), rows
 
-    def patch_of(token):
-        return divmod(token - first, grid_cols)
 
-    panels = len(rows) + (image is not None)
-    columns = min(panels, 2)
-    lines = -(-panels // columns)
-    fig = _new_figure((4.8 + 2.5 * columns + 1.2, max(4.6, 2.5 * lines + 0.6)))
-    grid = fig.add_gridspec(lines, 1 + columns, width_ratios=[2.1 * lines] + [1.0] * columns)
-    axis = fig.add_subplot(grid[:, 0])
-    shown = axis.imshow(matrix * patches, cmap=cmap, norm=norm, interpolation="nearest")
-    axis.set_title(f"Attention matrix ({tokens} x {tokens})", fontsize=10)
-    axis.set_xlabel("key token (what is looked at)" + ("\n0 = class token" if first else ""))
-    axis.set_ylabel("query token (who looks)")
+def _draw_query_patches(panel, image, value_range, grid, first, rows, colours):
+    """The image, each chosen query patch outlined in its row's colour."""
+    picture = _pictures(np.asarray(image)[None], value_range)[0]
+    _show_image(panel, picture)
+    panel.set_title("query patches", fontsize=9)
+    height, width = picture.shape[:2]
     for row, colour in zip(rows, colours):
-        axis.annotate("", xy=(-0.5, row), xytext=(-0.12 * tokens, row),
-                      arrowprops=dict(arrowstyle="->", color=colour, linewidth=2),
-                      annotation_clip=False)
-    maps = [fig.add_subplot(grid[k // columns, 1 + k % columns]) for k in range(panels)]
-    if image is not None:
-        picture = _pictures(np.asarray(image)[None], value_range)[0]
-        _show_image(maps[0], picture)
-        maps[0].set_title("query patches", fontsize=9)
-        height, width = picture.shape[:2]
-        for row, colour in zip(rows, colours):
-            if row >= first:
-                r, c = patch_of(row)
-                maps[0].add_patch(_patch_outline(r, c, height / grid_rows, width / grid_cols,
-                                                 colour))
-        maps = maps[1:]
+        if row >= first:
+            r, c = divmod(row - first, grid[1])
+            panel.add_patch(_patch_outline(r, c, height / grid[0], width / grid[1], colour))
+
+
+def _draw_row_map(panel, weights, row, grid, first, colour, scale):
+    """One query's attention over the patch grid, framed in its colour; a patch's own patch
+    outlined (black on white, readable on any colour)."""
     from matplotlib import patheffects
 
-    for panel, row, colour in zip(maps, rows, colours):
-        panel.imshow(matrix[row, first:].reshape(grid_rows, grid_cols) * patches, cmap=cmap,
-                     norm=norm, interpolation="nearest")
-        panel.set_xticks([])
-        panel.set_yticks([])
-        for side in panel.spines.values():
-            side.set_color(colour)
-            side.set_linewidth(3)
-        if row < first:
-            panel.set_title(f"row {row}: class token", fontsize=9)
-        else:
-            r, c = patch_of(row)
-            panel.set_title(f"row {row}: patch ({r}, {c})", fontsize=9)
-            outline = _patch_outline(r, c, 1.0, 1.0, "black", origin=-0.5)
-            outline.set_path_effects([patheffects.withStroke(linewidth=3, foreground="white")])
-            panel.add_patch(outline)
-    _relative_colorbar(fig, shown, list(fig.axes), limit, patches, shrink=0.8)
-    if title:
-        fig.suptitle(title)
-    return fig
+    panel.imshow(weights, interpolation="nearest", **scale)
+    panel.set_xticks([])
+    panel.set_yticks([])
+    for side in panel.spines.values():
+        side.set_color(colour)
+        side.set_linewidth(3)
+    if row < first:
+        panel.set_title(f"row {row}: class token", fontsize=9)
+        return
+    r, c = divmod(row - first, grid[1])
+    panel.set_title(f"row {row}: patch ({r}, {c})", fontsize=9)
+    outline = _patch_outline(r, c, 1.0, 1.0, "black", origin=-0.5)
+    outline.set_path_effects([patheffects.withStroke(linewidth=3, foreground="white")])
+    panel.add_patch(outline)
 
 
 def _patch_outline(row, col, height, width, colour, origin=-0.5):
@@ -541,7 +576,7 @@ def plot_largest_batch(table, memory_gib=16, training=False, title=None):
 
     Args:
         table: ``{model: [(image_size, batch), ...]}`` from
-            ``keras_vit.models.memory.figure_12``.
+            ``keras_vit.costs.batches.figure_12``.
         memory_gib: the device memory the table was counted for (the y label says it).
         training: whether the table counts a training step rather than inference.
         title: the figure title; by default "Fig. 12 (right), from keras_vit.memory".
@@ -557,7 +592,7 @@ def plot_largest_batch(table, memory_gib=16, training=False, title=None):
             dict(table).items()}
     if not rows or not all(rows.values()):
         raise ValueError("Expected a table {model: [(image_size, batch), ...]} with at least one "
-                         "size per model, e.g. keras_vit.models.memory.figure_12().")
+                         "size per model, e.g. keras_vit.costs.batches.figure_12().")
     fig = _new_figure((6.2, 4.2))
     axis = fig.add_subplot(1, 1, 1)
     for name, row in rows.items():

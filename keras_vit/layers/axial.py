@@ -17,7 +17,7 @@ import keras
 from keras import ops
 
 from keras_vit.layers.attention import check_axis
-from keras_vit.layers.encoder import Encoder, EncoderBlock, encoder_settings, legacy_config
+from keras_vit.layers.encoder import Encoder, EncoderBlock, encoder_config
 from keras_vit.layers.resnet import group_norm, standardized_conv
 
 
@@ -39,10 +39,9 @@ class AxialEncoderBlock(keras.layers.Layer):
     (2, 3, 4, 8)
     """
 
-    def __init__(self, config=None, **kwargs):
-        settings = encoder_settings("AxialEncoderBlock", config, kwargs)
+    def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
-        self.config = settings
+        self.config = encoder_config("AxialEncoderBlock", config)
         self.num_heads = self.config.num_heads
         self.row = EncoderBlock(self.config, attention_axis=2, dtype=self.dtype_policy,
                                 name="row")
@@ -70,11 +69,6 @@ class AxialEncoderBlock(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict()}
-
-    @classmethod
-    def from_config(cls, config):
-        settings, rest = legacy_config(config)
-        return cls(settings, **rest)
 
 
 def _class_row(tokens, grid, has_class_token):
@@ -117,7 +111,7 @@ class AxialEncoder(Encoder):
 
     def build(self, input_shape):
         batch, rows, cols, dim = input_shape
-        if self.position_embedding == "relative" and None in (rows, cols):
+        if self.config.relative_position and None in (rows, cols):
             raise ValueError(
                 "Relative position embeddings are sized by the grid and need a fixed image "
                 "size; give the model an image_size, or use a 'learned_1d' or 'learned_2d' "

@@ -17,7 +17,6 @@ Sub-layer names follow the official (pre-Linen) module paths, so the checkpoint 
 import contextlib
 import dataclasses
 import math
-import warnings
 
 import keras
 import numpy as np
@@ -188,38 +187,14 @@ class EncoderConfig:
         return dataclasses.replace(self, **changes)
 
 
-def legacy_config(config):
-    """A layer config written before the settings were one ``EncoderConfig`` (old ``.keras``
-    files store the settings flat): the configuration and the layer's other arguments."""
-    if "config" in config:
-        config = dict(config)
-        return EncoderConfig.from_dict(config.pop("config")), config
-    config = dict(config)
-    settings = {k: config.pop(k) for k in EncoderConfig.field_names() if k in config}
-    if config.pop("relative_position", False):  # a kind of position embedding now
-        settings["position_embedding"] = "relative"
-    settings.setdefault("num_layers", 1)
-    return EncoderConfig(**settings), config
-
-
-def encoder_settings(owner, config, flat):
-    """The ``EncoderConfig`` a layer was given, from the object (or its dict), or from the flat
-    keyword arguments of the layers before it existed (deprecated); ``flat`` loses those keys."""
-    old = {k: flat.pop(k) for k in [*EncoderConfig.field_names(), "relative_position"]
-           if k in flat}
-    if not old:
-        if config is None or isinstance(config, (int, float)):
-            raise TypeError(f"{owner} takes an EncoderConfig (keras_vit.layers.encoder."
-                            f"EncoderConfig(num_layers=..., num_heads=..., mlp_dim=...)) as its "
-                            f"first argument, got {config!r}.")
-        return EncoderConfig.from_dict(config)
-    if config is not None:
-        raise TypeError(f"{owner} takes an EncoderConfig or the flat settings "
-                        f"({', '.join(old)}), not both.")
-    warnings.warn(f"{owner}({', '.join(f'{k}=...' for k in old)}) is deprecated: pass one "
-                  f"EncoderConfig instead (keras_vit.layers.encoder.EncoderConfig).",
-                  DeprecationWarning, stacklevel=3)
-    return legacy_config(old)[0]
+def encoder_config(owner, config):
+    """The ``EncoderConfig`` a layer was given: the object itself, or its ``to_dict`` (what a
+    saved layer's config holds)."""
+    if not isinstance(config, (EncoderConfig, dict)):
+        raise TypeError(f"{owner} takes an EncoderConfig (keras_vit.layers.encoder."
+                        f"EncoderConfig(num_layers=..., num_heads=..., mlp_dim=...)) as its "
+                        f"first argument, got {config!r}.")
+    return EncoderConfig.from_dict(config)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -292,10 +267,9 @@ class EncoderBlock(keras.layers.Layer):
     (2, 5, 32)
     """
 
-    def __init__(self, config=None, attention_axis=None, **kwargs):
-        settings = encoder_settings("EncoderBlock", config, kwargs)
+    def __init__(self, config, attention_axis=None, **kwargs):
         super().__init__(**kwargs)
-        self.config = settings
+        self.config = encoder_config("EncoderBlock", config)
         self.attention_axis = None if attention_axis is None else int(attention_axis)
         config = self.config
         dtype = self.dtype_policy
@@ -353,11 +327,6 @@ class EncoderBlock(keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict(),
                 "attention_axis": self.attention_axis}
-
-    @classmethod
-    def from_config(cls, config):
-        settings, rest = legacy_config(config)
-        return cls(settings, **rest)
 
 
 def check_position_options(kind, placement, hidden_size=None):
@@ -425,8 +394,8 @@ class Encoder(keras.layers.Layer):
 
     block_class = EncoderBlock  # the block type; AxialEncoder uses axial pairs
 
-    def __init__(self, config=None, position_embedding_grid=None, **kwargs):
-        config = encoder_settings(type(self).__name__, config, kwargs)
+    def __init__(self, config, position_embedding_grid=None, **kwargs):
+        config = encoder_config(type(self).__name__, config)
         if position_embedding_grid is None:
             raise TypeError(f"{type(self).__name__} needs position_embedding_grid, the (rows, "
                             f"cols) patch grid its position embeddings are made for.")
@@ -457,12 +426,6 @@ class Encoder(keras.layers.Layer):
         self._stem_position = by_name.get(stem_name)
         self._block_positions = [by_name.get(n) for n in block_names]
 
-    # The settings, read where the encoder is used as before (``encoder.num_heads``...).
-    num_layers = property(lambda self: self.config.num_layers)
-    num_heads = property(lambda self: self.config.num_heads)
-    classifier = property(lambda self: self.config.classifier)
-    position_embedding = property(lambda self: self.config.position_embedding)
-
     def _num_tokens(self, rows, cols):
         if rows is None or cols is None:
             return None
@@ -471,7 +434,7 @@ class Encoder(keras.layers.Layer):
     def build(self, input_shape):
         batch, rows, cols, dim = input_shape
         tokens = self._num_tokens(rows, cols)
-        if self.position_embedding == "relative" and tokens is None:
+        if self.config.relative_position and tokens is None:
             raise ValueError(
                 "Relative position embeddings are sized by the number of tokens and need a "
                 "fixed image size; give the model an image_size, or use a 'learned_1d' or "
@@ -547,14 +510,9 @@ class Encoder(keras.layers.Layer):
         outputs = keras.KerasTensor(shape, dtype=self.compute_dtype)
         if not return_attention_scores:
             return outputs
-        scores = (shape[0], self.num_heads, shape[1], shape[1])
+        scores = (shape[0], self.config.num_heads, shape[1], shape[1])
         return outputs, [keras.KerasTensor(scores, dtype="float32") for _ in self.blocks]
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict(),
                 "position_embedding_grid": list(self.position_embedding_grid)}
-
-    @classmethod
-    def from_config(cls, config):
-        settings, rest = legacy_config(config)
-        return cls(settings, **rest)

@@ -28,6 +28,11 @@ from keras import ops
 
 GROUPS = 32
 ROOT_WIDTH = 64
+ROOT_KERNEL = 7  # the root convolution, 7x7 with stride 2, then a 3x3/2 max-pool
+EXPANSION = 4  # a bottleneck unit's output (conv3) is 4x its width
+# The hybrid's ResNet: R50 without its fourth stage, whose 3 units join the third (6 + 3), so
+# that the stem downsamples 16x with as many units (paper Sec. 4.1, option (ii)).
+HYBRID_STAGES = (3, 4, 9)
 
 # Numerics of each style (docs/official-checkpoints.md Sec. 3).
 STYLES = {
@@ -176,7 +181,7 @@ class _Bottleneck(keras.layers.Layer):
         self.strides = int(strides)
         if self.features < 1 or self.strides < 1:
             raise ValueError(f"features and strides must be positive, got {features}, {strides}.")
-        out = 4 * self.features
+        out = EXPANSION * self.features
         # The 3x3 conv is 'same' (TF SAME) in the hybrid; BiT pads 1 explicitly, then 'valid'.
         padding = "same" if self.style == "hybrid" else "valid"
         conv = dict(style=self.style, dtype=self.dtype_policy)
@@ -191,7 +196,7 @@ class _Bottleneck(keras.layers.Layer):
         in_channels = input_shape[-1]
         if in_channels is None:
             raise ValueError("A ResNet unit needs a known number of input channels.")
-        out = 4 * self.features
+        out = EXPANSION * self.features
         self.has_projection = in_channels != out or self.strides != 1
         if self.has_projection:
             self.conv_proj = standardized_conv(out, 1, strides=self.strides, style=self.style,
@@ -209,7 +214,7 @@ class _Bottleneck(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         batch, height, width, _ = input_shape
         side = self._output_side
-        return (batch, side(height), side(width), 4 * self.features)
+        return (batch, side(height), side(width), EXPANSION * self.features)
 
     def get_config(self):
         config = super().get_config()
@@ -251,7 +256,8 @@ class PostActivationUnit(_Bottleneck):
         self.gn3 = group_norm("gn3", zero_scale=True, **norm)
 
     def _norms(self, in_channels):
-        return [(self.gn1, self.features), (self.gn2, self.features), (self.gn3, 4 * self.features)]
+        return [(self.gn1, self.features), (self.gn2, self.features),
+                (self.gn3, EXPANSION * self.features)]
 
     def _output_side(self, size):
         return _ceil_div(size, self.strides)
@@ -419,14 +425,14 @@ class HybridStem(keras.layers.Layer):
     (8, (1, 4, 4, 256))
     """
 
-    def __init__(self, num_layers=(3, 4, 9), width_factor=1, **kwargs):
+    def __init__(self, num_layers=HYBRID_STAGES, width_factor=1, **kwargs):
         super().__init__(**kwargs)
         self.num_layers = check_units(num_layers, "num_layers", allow_empty=True)
         self.width = root_width(width_factor)
         self.width_factor = plain_number(width_factor)
         self.stride = hybrid_stride(self.num_layers)
         conv = dict(style="hybrid", dtype=self.dtype_policy)
-        self.conv_root = standardized_conv(self.width, 7, strides=2, padding="same",
+        self.conv_root = standardized_conv(self.width, ROOT_KERNEL, strides=2, padding="same",
                                            name="conv_root", **conv)
         self.gn_root = group_norm("gn_root", **conv)
         self.pool = keras.layers.MaxPooling2D(3, strides=2, padding="same",
@@ -492,7 +498,7 @@ class BiTRoot(keras.layers.Layer):
         super().__init__(**kwargs)
         self.width = int(width)
         self.pad_conv = keras.layers.ZeroPadding2D(3, dtype=self.dtype_policy, name="pad_conv")
-        self.conv_root = standardized_conv(self.width, 7, strides=2, style="bit",
+        self.conv_root = standardized_conv(self.width, ROOT_KERNEL, strides=2, style="bit",
                                            dtype=self.dtype_policy, name="conv_root")
         self.pad_pool = keras.layers.ZeroPadding2D(1, dtype=self.dtype_policy, name="pad_pool")
 

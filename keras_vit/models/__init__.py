@@ -1,4 +1,5 @@
-"""The models (ViT, hybrid, BiT ResNetV2, axial), their registry, resizing, compute and memory."""
+"""The models (ViT, hybrid, BiT ResNetV2, axial), their registry and resizing (what they cost:
+``keras_vit.costs``)."""
 
 from keras_vit import _submodules
 

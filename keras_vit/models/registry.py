@@ -1,4 +1,5 @@
-"""Paper model names -> configurations, and ``create_model``.
+"""Paper model names -> configurations, and ``build_model`` (what ``keras_vit.create_model``
+builds without weights).
 
 Names follow the paper (Table 1 and Sec. 4.1): ``"ViT-B/16"`` is the Base model with 16x16
 patches. Any size works with any patch size (``"ViT-Ti/4"`` for 28x28 images). Published file
@@ -176,7 +177,3 @@ def build_model(name, *, image_size=224, num_classes=1000, **overrides):
     config.update(overrides)
     return model_class(image_size=image_size, num_classes=num_classes, **config)
 
-
-# Deprecated name, kept so that older code runs: ``keras_vit.create_model`` is the one entry
-# point (it also takes ``weights=``); this is its random initialisation, ``build_model``.
-create_model = build_model

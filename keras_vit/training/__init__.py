@@ -7,7 +7,7 @@ Example:
 'AdamW'
 """
 
-from keras_vit import _deprecated, _submodules
+from keras_vit import _submodules
 from keras_vit.training.mpp import MaskedPatchPrediction
 from keras_vit.training.optimizers import AccumulatingSGD, TraceSGD
 from keras_vit.training.recipes import (
@@ -17,17 +17,6 @@ from keras_vit.training.recipes import (
     pretraining_optimizer,
 )
 from keras_vit.training.schedules import WarmupLinearDecay, warmup_schedule
-
-# Deprecated aliases of the application's modules, which moved to keras_vit.app (issue 28);
-# they import nothing until one of their names is used.
-_deprecated.install(__name__, {
-    "configs": ("keras_vit.app.configs", ()),
-    "planning": ("keras_vit.app.planning", ()),
-    "run_files": ("keras_vit.app.run_files", ()),
-    "runs": ("keras_vit.app.runs", ("keras_vit.app.train", "keras_vit.app.finetune",
-                                    "keras_vit.app.evaluate", "keras_vit.app.commands",
-                                    "keras_vit.checkpoints.convert")),
-})
 
 # Modules not imported above are imported when first reached as attributes.
 __getattr__, __dir__ = _submodules.attribute_hook(__name__)

@@ -6,7 +6,8 @@ import pytest
 
 from keras_vit import distribution
 from keras_vit.app import configs, finetune, run_files, runs, train
-from keras_vit.models.memory import DEVICE_MEMORY_GIB, device_memory_gib, largest_batch, plan_batch
+from keras_vit.costs.batches import largest_batch, plan_batch
+from keras_vit.costs.devices import DEVICE_MEMORY_GIB, device_memory_gib
 
 # the published ViT-B/16 fine-tune: batch 512 at 384 px
 B16 = ("ViT-B/16", 384, 512)

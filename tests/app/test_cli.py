@@ -72,11 +72,12 @@ def test_finetune_at_a_higher_resolution(trained, tmp_path):
 
 
 def test_finetune_chooses_the_accumulation_that_fits_memory_gib(trained, tmp_path, capsys):
-    from keras_vit.models.memory import GIB, memory
+    from keras_vit.checkpoints import convert
+    from keras_vit.costs.memory import GIB, memory
     from keras_vit.training.recipes import prepare_finetuning
 
     # a budget for 2.5 examples of the fine-tuned model at 56 px: batch 10 = 5 x 2
-    model = prepare_finetuning(runs.load_model_file(os.path.join(trained, "model.keras")), 10,
+    model = prepare_finetuning(convert.load_model(os.path.join(trained, "model.keras")), 10,
                                image_size=56)
     fixed, one = memory(model, 56, 0), memory(model, 56, 1)
     budget = (fixed + 2.5 * (one - fixed)) / GIB

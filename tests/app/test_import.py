@@ -1,6 +1,5 @@
-"""`import keras_vit` only defines the library (issue 28): no environment variable, file
-descriptor, thread or exit hook changes, no Keras until a name is used; the application's old
-import paths still work, with a DeprecationWarning (that the library never imports the
+"""`import keras_vit` only defines the library: no environment variable, file descriptor,
+thread or exit hook changes, no Keras until a name is used (that the library never imports the
 application: tests/test_layering.py)."""
 
 import json
@@ -8,7 +7,6 @@ import os
 import subprocess
 import sys
 
-import keras
 import pytest
 
 import keras_vit
@@ -59,45 +57,6 @@ def test_public_names_load_on_use():
     assert keras_vit.__version__
     with pytest.raises(AttributeError, match="no attribute 'missing'"):
         keras_vit.missing  # noqa: B018
-
-
-_ALIASES = """
-import json, warnings
-warnings.simplefilter("always")
-import keras_vit
-found = {"table_6": len(keras_vit.models.compute.TABLE_6)}  # loaded with the API, as before
-with warnings.catch_warnings(record=True) as caught:
-    from keras_vit.cli import main, build_parser
-    from keras_vit.backend_choice import choose_backend
-    from keras_vit.training import configs, planning, run_files, runs
-    found["names"] = [main.__module__, build_parser.__module__, choose_backend.__module__,
-                      configs.TrainConfig.__module__, planning.plan_epochs.__module__,
-                      run_files.EpochLog.__module__, runs.train.__module__,
-                      runs.finetune.__module__, runs.convert.__module__, runs.run.__module__]
-found["warnings"] = [(w.category.__name__, str(w.message), w.filename) for w in caught]
-print(json.dumps(found))
-"""
-
-
-@once_per_ci
-def test_old_import_paths_warn_and_work():
-    # the suite's backend: Keras' default, TensorFlow, may not be installed
-    found = json.loads(_python(_ALIASES, KERAS_BACKEND=keras.backend.backend()).stdout
-                       .splitlines()[-1])
-    assert found["table_6"] > 0
-    assert found["names"] == [
-        "keras_vit.app", "keras_vit.app.cli", "keras_vit.app.backend_choice",
-        "keras_vit.app.configs", "keras_vit.app.planning", "keras_vit.app.run_files",
-        "keras_vit.app.train", "keras_vit.app.finetune", "keras_vit.app.commands",
-        "keras_vit.app.commands"]
-    messages = {message for category, message, _ in found["warnings"]
-                if category == "DeprecationWarning"}
-    for old, new in [("keras_vit.cli", "keras_vit.app"),
-                     ("keras_vit.backend_choice", "keras_vit.app.backend_choice"),
-                     ("keras_vit.training.configs", "keras_vit.app.configs"),
-                     ("keras_vit.training.runs", "keras_vit.app.train")]:
-        assert any(m.startswith(f"{old} is deprecated") and new in m for m in messages), messages
-    assert {filename for *_, filename in found["warnings"]} == {"<string>"}  # the importer
 
 
 def test_the_command_reports_user_errors_and_lets_bugs_through(monkeypatch, capsys):

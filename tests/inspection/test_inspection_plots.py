@@ -232,7 +232,7 @@ def test_plots_take_any_backend_model_output(gap_vit, vit_images):
 
 
 def test_largest_batch_figure_from_the_memory_model():
-    from keras_vit.models.memory import figure_12
+    from keras_vit.costs.batches import figure_12
 
     table = figure_12(["ViT-H/14", "BiT-R50x1"], [224, 512], training=True)
     assert table["ViT-H/14"][1] == (518, 0)  # one training example does not fit 16 GiB

@@ -54,36 +54,18 @@ def test_model_hands_one_object_to_the_encoder_and_its_blocks():
     assert Encoder.from_config(encoder.get_config()).config == encoder.config
 
 
-def test_flat_layer_configs_of_older_files_still_load():
-    old = dict(name="encoderblock_0", trainable=True, dtype="float32", num_heads=2, mlp_dim=16,
-               dropout_rate=0.0, attention_dropout_rate=0.0, approximate_gelu=True,
-               relative_position=True, remat=False, layer_norm_epsilon=1e-6, attention_axis=None)
-    block = EncoderBlock.from_config(old)
-    assert block.config.num_heads == 2 and block.config.position_embedding == "relative"
-
-
-def test_flat_settings_still_build_the_layers_with_a_deprecation_warning():
-    import warnings
-
-    import numpy as np
-
+def test_the_layers_take_the_object_only():
     from keras_vit.layers.axial import AxialEncoderBlock
 
-    x = np.ones((2, 5, 32), "float32")
     config = EncoderConfig(num_layers=1, num_heads=4, mlp_dim=64)
-    with pytest.warns(DeprecationWarning, match="EncoderBlock\\(num_heads=..., mlp_dim=...\\)"):
-        old = EncoderBlock(num_heads=4, mlp_dim=64)
-    assert old.config == config
-    assert tuple(old(x).shape) == (2, 5, 32)
-    with pytest.warns(DeprecationWarning, match="pass one EncoderConfig"):
-        encoder = Encoder(num_layers=1, num_heads=4, mlp_dim=64, position_embedding_grid=(2, 2))
-    assert encoder.config.num_layers == 1
-    with pytest.warns(DeprecationWarning):
-        AxialEncoderBlock(num_heads=2, mlp_dim=16)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        EncoderBlock(config)  # the object: no warning
-    with pytest.raises(TypeError, match="not both"):
-        EncoderBlock(config, num_heads=4)
+    for layer in (EncoderBlock(config), AxialEncoderBlock(config),
+                  Encoder(config, position_embedding_grid=(2, 2))):
+        assert type(layer).from_config(layer.get_config()).config == config
     with pytest.raises(TypeError, match="takes an EncoderConfig"):
         EncoderBlock(4, 64)
+    with pytest.raises(TypeError, match="takes an EncoderConfig"):
+        AxialEncoderBlock(None)
+    with pytest.raises(ValueError, match="Unrecognized keyword arguments"):  # one by one: no
+        EncoderBlock(config, num_heads=4)
+    with pytest.raises(TypeError, match="no setting num_blocks"):
+        Encoder(dict(config.to_dict(), num_blocks=2), position_embedding_grid=(2, 2))

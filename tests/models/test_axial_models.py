@@ -6,8 +6,8 @@ import pytest
 
 import keras_vit
 from conftest import shapes_only
+from keras_vit.costs.compute import flops
 from keras_vit.evaluation.fewshot import fewshot_linear
-from keras_vit.models.compute import flops
 from keras_vit.models.registry import BIT_DEPTHS, VIT_SIZES, parse
 from keras_vit.training.recipes import prepare_finetuning
 

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 
-import keras_vit  # noqa: F401  (registers the classes the files name)
+from keras_vit.models import axial, vit  # noqa: F401  (registers the classes the files name)
 
 FOLDER = os.path.join(os.path.dirname(__file__), "..", "fixtures", "keras")
 NAMES = ["vit_token_learned_1d", "hybrid_gap_learned_2d", "axial_vit_token"]

@@ -50,7 +50,7 @@ class Snapshots(keras.callbacks.Callback):
 
 def finetune_like_official(case, **optimizer_options):
     meta = case["meta"]
-    pretrained = official.load_checkpoint(fixture_path(meta["pretrained"]))
+    pretrained = official.load(fixture_path(meta["pretrained"]))
     model = prepare_finetuning(pretrained, meta["num_classes"], image_size=meta["image_size"])
     accumulation = meta["accum_steps"]
     options = dict(learning_rate=meta["base_lr"], warmup_steps=meta["warmup_steps"],

@@ -1,17 +1,11 @@
-"""``keras_vit.memory`` and ``largest_batch``: the formula on every backend, XLA under jax."""
+"""``keras_vit.memory``: the formula on every backend, XLA under jax."""
 
 import keras
 import pytest
 
 import keras_vit
-from keras_vit.models.memory import (
-    DEVICE_MEMORY_GIB,
-    GIB,
-    device_memory_gib,
-    figure_12,
-    largest_batch,
-    memory,
-)
+from keras_vit.costs.batches import largest_batch
+from keras_vit.costs.memory import memory
 
 TINY = dict(num_classes=10)
 
@@ -82,15 +76,6 @@ def test_axial_attention_is_counted_per_row_and_column():
     assert largest_batch("AxialResNet50", 224, 16) < largest_batch("BiT-R50x1", 224, 16)
 
 
-def test_largest_batch_is_the_last_that_fits():
-    batch = largest_batch("R50+ViT-B/16", 384, 16)
-    assert memory("R50+ViT-B/16", 384, batch) <= 16 * GIB < memory("R50+ViT-B/16", 384, batch + 1)
-    assert largest_batch("ViT-B/16", 384, 16, dtype="mixed_bfloat16") > largest_batch(
-        "ViT-B/16", 384, 16)
-    assert largest_batch("ViT-L/16", 384, 16, remat=True, dropout_rate=0.0) > largest_batch(
-        "ViT-L/16", 384, 16)
-
-
 def test_a_budget_below_one_example_names_the_fix():
     with pytest.raises(ValueError, match="ViT-H/14.*more than 8 GiB.*remat=True"):
         largest_batch("ViT-H/14", 518, 8, optimizer="adamw")
@@ -109,28 +94,6 @@ def test_a_budget_below_one_example_names_the_fix():
         memory("ViT-B/16", 224, 1, optimizer="adam")
     with pytest.raises(TypeError, match="only with a model name"):
         memory(keras_vit.create_model("ViT-Ti/8", image_size=32, **TINY), None, 1, num_classes=3)
-
-
-def test_device_kinds():
-    assert DEVICE_MEMORY_GIB["TPU v5e"] == 16 and DEVICE_MEMORY_GIB["TPU v6e"] == 32
-    assert device_memory_gib("TPU v5 lite") == 16 and device_memory_gib("TPU v6 lite") == 32
-    assert device_memory_gib("Tesla T4") == 15 and device_memory_gib("NVIDIA L4") == 24
-    assert device_memory_gib("NVIDIA A100-SXM4-40GB") == 40
-    assert device_memory_gib("NVIDIA H100 80GB HBM3") == 80
-    with pytest.raises(ValueError, match="Unknown device kind 'TPU v2'.*memory_gib"):
-        device_memory_gib("TPU v2")
-
-
-def test_figure_12_reading():
-    """The paper's Fig. 12 (right): the batch shrinks as the resolution grows, and ViT-B/32
-    fits a larger batch than R50x1 at every size (at 384 px and more the attention matrices
-    of the /16 and /14 models outgrow the ResNets' feature maps: docs/any-size-and-compute.md)."""
-    table = figure_12(sizes=(224, 384, 512), training=False)
-    for name, row in table.items():
-        batches = [batch for _, batch in row]
-        assert batches == sorted(batches, reverse=True) and batches[0] > 0, name
-    assert all(v > r for (_, v), (_, r) in zip(table["ViT-B/32"], table["BiT-R50x1"]))
-    assert [size for size, _ in table["ViT-H/14"]] == [224, 378, 518]
 
 
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="XLA's memory analysis of a jax jit")
@@ -152,7 +115,7 @@ def test_agreement_with_xla(model_class, config, training):
     """Within the range measured by benchmarks/memory.py --xla (XLA_AGREEMENT), widened by
     10 % for other jax versions: the six steps measured 1.01, 1.23-1.29, 0.79-0.82 (ViT,
     hybrid, BiT), 0.99, 0.97 and 1.20 (Axial-ViT, Axial-ViT GAP, AxialResNet)."""
-    from keras_vit.models.memory import XLA_AGREEMENT, xla_memory
+    from keras_vit.costs.memory import XLA_AGREEMENT, xla_memory
 
     model = model_class(num_classes=10, **config)
     low, high = XLA_AGREEMENT["training" if training else "inference"]

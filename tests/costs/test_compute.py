@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.models.compute import TABLE_6, flops, pretraining_flops
+from keras_vit.costs.compute import flops, pretraining_flops
+from keras_vit.costs.table_6 import TABLE_6
 
 TINY = dict(hidden_size=64, num_layers=2, num_heads=4, mlp_dim=128, num_classes=10)
 

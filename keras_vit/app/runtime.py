@@ -1,4 +1,4 @@
-"""Where the code runs: a hosted notebook (Colab, Kaggle) or elsewhere, and on what devices.
+"""Where a notebook runs: a hosted one (Colab, Kaggle) or elsewhere, and on what devices.
 
 Colab is recognised by its ``google.colab`` module (or ``COLAB_RELEASE_TAG``), Kaggle by the
 variables it sets in its notebooks and scripts (``KAGGLE_KERNEL_RUN_TYPE``, ``KAGGLE_URL_BASE``;

@@ -4,7 +4,7 @@ import types
 
 import pytest
 
-from keras_vit import runtime
+from keras_vit.app import runtime
 from tests.conftest import once_per_ci
 
 
@@ -57,9 +57,9 @@ def test_setup_keeps_tensorflow_start_up_lines_out_of_the_notebook(tmp_path):
 
     if importlib.util.find_spec("tensorflow") is None:
         pytest.skip("TensorFlow is not installed: it cannot print start-up lines")
-    code = ("from keras_vit import runtime; runtime.setup(seed=0); import sys; "
+    code = ("from keras_vit.app import runtime; runtime.setup(seed=0); import sys; "
             "assert 'tensorflow' in sys.modules")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(runtime.__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(runtime.__file__))))
     env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "0",
            "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,

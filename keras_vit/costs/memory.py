@@ -1,0 +1,374 @@
+"""Peak device memory of a training or inference step, counted from the architecture (Fig. 12).
+
+``memory`` adds up, in bytes, what a compiled step holds at its peak:
+
+- ``weights``: every parameter, in the variable dtype (float32 under mixed precision);
+- ``gradients`` and ``optimizer`` (training): one gradient per parameter, and the optimizer's
+  slots (``OPTIMIZER_SLOTS``), in the variable dtype;
+- ``inputs``: the batch of images (and one-hot labels when training), in float32;
+- ``activations``: training keeps, per example, what the backward pass reads: per Transformer
+  block the LayerNorm inputs and outputs (4 D per token), q, k, v (3 D), the attention output
+  (D), the MLP hidden layer before, inside (the tanh of the approximate GELU) and after the GELU
+  (3 ``mlp_dim``); per GroupNorm of a ResNet its input, output and ReLU output; plus the
+  gradients in flight through one block (its kept set once more). Inference holds only the
+  widest point of the forward pass. ``remat=True`` keeps a block's input alone and recomputes
+  the rest, one block at a time. An Axial-ViT has two blocks (row, column) per layer on its
+  grid (with the class row); an AxialResNet unit keeps per position 8 C numbers for each of
+  its two attentions (projection, GroupNorms, q, k, v, output) besides its convolutions';
+- ``attention``: the attention matrices, 2 H N^2 float32 numbers per block (the exponentials
+  and the probabilities of the softmax) while training; one block's 3 H N^2 (logits,
+  exponentials, probabilities) at inference. An axial attention along rows of length W
+  holds H x N x W numbers per matrix, along columns H x N x (rows), not H N^2. An AxialResNet
+  attention also keeps, while training, 2 C / heads such matrices for its relative logits
+  where its heads are at most 8 channels wide (jax keeps both operands of each broadcast
+  product q_o r_{p-o}, k_p r_{p-o} at full size; torch and TensorFlow keep the small operands,
+  so there the count is an upper bound), 2 for wider heads (matmuls batched over the position
+  under jax; the probabilities shifted to the 2L - 1 offsets on torch and TensorFlow).
+
+Each of these numbers is a named constant below. Not counted: dropout masks (ViT-L, ViT-H and
+R50+ViT-B/16 train with dropout 0.1), XLA's layout copies and scratch buffers, and the
+framework's own overhead. Flash attention keeps no N^2 matrix: the ``attention`` part is then
+an upper bound.
+
+Agreement with XLA (``XLA_AGREEMENT``; ``python benchmarks/memory.py --xla``; the machine and
+versions in docs/any-size-and-compute.md): on eleven small random ViT, hybrid, BiT, Axial-ViT
+and AxialResNet configurations at two batch sizes each, this count over what XLA:CPU allocates
+for the compiled jax step (argument + output - alias + temp bytes) was 0.76-1.35 for training
+steps (ViTs 0.80-1.02, hybrids 1.23-1.35, BiT 1.06-1.15, Axial-ViTs 0.76-0.97, AxialResNets
+1.08-1.14) and 0.52-1.43 for inference (Axial-ViTs 0.52-1.09, AxialResNets 0.74-0.86).
+XLA:GPU and XLA:TPU fuse and lay out buffers differently from XLA:CPU; no GPU or TPU was
+measured, so treat the count as an estimate within about +-50 %, and leave a margin when you
+pick a batch. XLA:CPU did not shrink the step of a ``remat=True`` ViT at all (our remat count
+was 0.42-0.44 of its allocation).
+
+Example (ViT-B/16 at 384 px, the published fine-tune):
+>>> count = memory("ViT-B/16", 384, 32, optimizer="sgd")
+>>> sorted(count.parts)
+['activations', 'attention', 'gradients', 'inputs', 'optimizer', 'weights']
+>>> round(count.parts["weights"] / 2**20)  # 86.9M float32 weights
+331
+"""
+
+import keras
+
+from keras_vit.costs.architecture import (
+    ceil_half,
+    hybrid_stages,
+    hybrid_width_factor,
+    read,
+    resnet_units,
+    root_output,
+    token_spans,
+)
+from keras_vit.costs.parameters import count_parameters
+from keras_vit.layers.resnet import EXPANSION, root_width
+from keras_vit.models.axial import AxialResNet, AxialVisionTransformer
+from keras_vit.models.resnet_v2 import ResNetV2
+from keras_vit.models.vit import VisionTransformer
+
+GIB = 2**30
+FLOAT32_BYTES = 4  # images, labels and the attention matrices (softmax runs in float32)
+OPTIMIZER_SLOTS = {"sgd": 1, "adamw": 2}  # SGD's momentum; AdamW's first and second moments
+# memory() / XLA:CPU, lowest and highest over the 44 steps of ``benchmarks/memory.py --xla``.
+XLA_AGREEMENT = {"training": (0.76, 1.35), "inference": (0.52, 1.43)}
+
+# Kept for the backward pass, per token (Transformer) or per position (ResNet), in multiples of
+# the layer's width: a LayerNorm its input and output; q, k and v; the heads' output before the
+# out projection; the MLP's hidden layer before, inside (the tanh of the approximate GELU) and
+# after the GELU (in mlp_dim). A GroupNorm followed by a ReLU its input, output and ReLU
+# output; one without (a hybrid unit's gn3 and gn_proj) its input and output; a hybrid unit
+# its output after the residual ReLU. An AxialResNet attention 8 C: its projection to 2C and
+# that one's GroupNorm (2C each), q, k, v laid out by heads (2C), its output and that one's
+# GroupNorm (C each).
+LAYER_NORM_KEPT = 2
+QKV_KEPT = 3
+ATTENTION_OUTPUT_KEPT = 1
+MLP_KEPT = 3
+GROUP_NORM_KEPT = 3
+NORM_WITHOUT_RELU_KEPT = 2
+UNIT_OUTPUT_KEPT = 1
+AXIAL_ATTENTION_KEPT = 8
+# Attention matrices (heads x queries x keys, float32): a softmax keeps its exponentials and
+# probabilities for the backward pass, holds its logits too at its forward peak; the gradients
+# of one unit's logits and probabilities are in flight backward. An AxialResNet attention with
+# heads at most NARROW_HEAD channels wide keeps 2 (C / heads) more for its relative logits,
+# a wider one 2.
+SOFTMAX_KEPT = 2
+SOFTMAX_PEAK = 3
+MATRIX_GRADIENTS = 2
+NARROW_HEAD = 8
+RELATIVE_MATRICES_OF_WIDE_HEADS = 2
+
+# The model classes memory() counts (exact classes: a subclass may change the blocks).
+COVERED = (VisionTransformer, AxialVisionTransformer, ResNetV2, AxialResNet)
+
+
+class MemoryCount(int):
+    """A byte count (an ``int``) with its per-part breakdown ``parts`` (name -> bytes)."""
+
+    def __new__(cls, parts):
+        count = super().__new__(cls, sum(parts.values()))
+        count.parts = dict(parts)
+        return count
+
+    @property
+    def gib(self):
+        return self / GIB
+
+
+class _Tally:
+    """Per-example elements kept for the backward pass, of the largest unit (a block's
+    gradients in flight) and at the forward peak: activations, and float32 attention matrices
+    (the exponentials and probabilities of a softmax kept, its logits too at the peak)."""
+
+    def __init__(self):
+        self.kept = self.block = self.forward = 0
+        self.matrices = self.block_matrices = self.forward_matrices = 0
+
+    def add(self, kept, forward, matrices=(), copies=SOFTMAX_KEPT):
+        """One unit (a Transformer or ResNet block); ``matrices``: the heads x queries x keys
+        of each of its attentions, ``copies`` of each kept for the backward pass."""
+        self.kept += kept
+        self.block = max(self.block, kept)
+        self.forward = max(self.forward, forward)
+        self.matrices += copies * sum(matrices)
+        self.block_matrices = max(self.block_matrices, MATRIX_GRADIENTS * sum(matrices))
+        self.forward_matrices = max(self.forward_matrices,
+                                    SOFTMAX_PEAK * max(matrices, default=0))
+
+
+def _root(tally, side, channels, width, style):
+    """A ResNet's root: BiT keeps the convolution's output and its padded copy, which the
+    max-pool reads; a hybrid (or axial) root its GroupNorm and ReLU, then the pooled map."""
+    area_half = ceil_half(side[0]) * ceil_half(side[1])
+    quarter = root_output(side)
+    forward = side[0] * side[1] * channels + 2 * width * area_half
+    if style == "bit":
+        tally.add(2 * width * area_half, forward)
+    else:
+        tally.add(GROUP_NORM_KEPT * width * area_half + width * quarter[0] * quarter[1], forward)
+
+
+def _unit(tally, style, heads, side_in, out, channels, features, stride):
+    """One bottleneck unit of a BiT (pre-activation: three GroupNorms and ReLUs), hybrid
+    (post-activation) or AxialResNet (the hybrid's, its 3x3 convolution a column and a row
+    attention of ``heads`` heads) ResNet."""
+    area_in, area_out = side_in[0] * side_in[1], out[0] * out[1]
+    width_out = EXPANSION * features
+    projection = channels != width_out or stride != 1
+    forward = channels * area_in + width_out * area_out + 2 * features * area_in
+    matrices, copies = (), SOFTMAX_KEPT
+    if style == "bit":
+        kept = GROUP_NORM_KEPT * (channels * area_in + features * area_in + features * area_out)
+    else:
+        unkept = NORM_WITHOUT_RELU_KEPT * (1 + projection) + UNIT_OUTPUT_KEPT  # gn3, gn_proj
+        kept = GROUP_NORM_KEPT * features * area_in + unkept * width_out * area_out
+        if style == "axial":  # two attentions, the pooled map (strided) and its ReLU
+            kept += 2 * AXIAL_ATTENTION_KEPT * features * area_in
+            kept += (1 + (stride != 1)) * features * area_out
+            forward += 3 * features * area_in
+            matrices = tuple(heads * area_in * length for length in side_in)
+            head = features // heads
+            copies += 2 * head if head <= NARROW_HEAD else RELATIVE_MATRICES_OF_WIDE_HEADS
+        else:
+            kept += GROUP_NORM_KEPT * features * area_out
+    tally.add(kept, forward, matrices, copies)
+
+
+def _resnet_tally(tally, side, channels, stages, width_factor, style, heads=None):
+    """Add a BiT (``style="bit"``), hybrid (``"hybrid"``) or AxialResNet (``"axial"``) to
+    ``tally``; return its output side and channels."""
+    width = root_width(width_factor)
+    _root(tally, side, channels, width, style)
+    out, channels = root_output(side), width
+    for side_in, out, channels, features, stride in resnet_units(side, stages, width_factor):
+        _unit(tally, style, heads, side_in, out, channels, features, stride)
+        channels = EXPANSION * features
+    if style == "bit":  # norm-pre-head and its ReLU
+        area = out[0] * out[1]
+        tally.add(GROUP_NORM_KEPT * channels * area, 2 * channels * area)
+    return out, channels
+
+
+def _vit_tally(model, height, width):
+    """(tally, blocks, what a block keeps, its input), per example, of a ViT, hybrid or
+    Axial-ViT (a row and a column block per layer, on the grid with its class row)."""
+    tally = _Tally()
+    side, channels = (height, width), model.num_channels
+    if model.resnet is not None:
+        side, channels = _resnet_tally(tally, side, channels, hybrid_stages(model.resnet),
+                                       hybrid_width_factor(model.resnet), "hybrid")
+    tokens, spans = token_spans(model, (side[0] // model.patch_size,
+                                        side[1] // model.patch_size))
+    dim, mlp = model.hidden_size, model.mlp_dim
+    tally.add(0, side[0] * side[1] * channels + tokens * dim)  # the patch embedding
+    per_token = (2 * LAYER_NORM_KEPT + QKV_KEPT + ATTENTION_OUTPUT_KEPT) * dim + MLP_KEPT * mlp
+    block = tokens * per_token
+    # The forward peak of a block: four D-wide tensors around the attention, or the residual
+    # stream and its LayerNorm with the MLP's hidden layer before and after the GELU.
+    peak = tokens * max(4 * dim, 2 * dim + 2 * mlp)
+    for _ in range(model.num_layers):
+        for span in spans:
+            tally.add(block, peak, [model.num_heads * tokens * span])
+    final = LAYER_NORM_KEPT * tokens * dim  # the final LayerNorm
+    tally.add(final, final)
+    return tally, model.num_layers * len(spans), block, tokens * dim
+
+
+def _bytes(dtype):
+    return {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}[
+        keras.backend.standardize_dtype(dtype)]
+
+
+def _check_covered(model_class):
+    if model_class not in COVERED:
+        raise TypeError(
+            f"memory counts the keras_vit models {', '.join(c.__name__ for c in COVERED)} "
+            f"(and their registered names), got {model_class.__name__}: its blocks are not in "
+            "the count. Measure it with XLA instead: keras_vit.costs.memory.xla_memory(model, "
+            "batch_size) under jax (jax.jit(step).lower(...).compile().memory_analysis())."
+        )
+
+
+def _resolve(model, image_size, dtype, overrides):
+    """(configuration, model class, height, width, dtype policy) of a name or a built model."""
+    if not isinstance(model, str):
+        _check_covered(type(model))
+    model_class, config, height, width = read(model, image_size, overrides, "memory")
+    _check_covered(model_class)
+    if dtype is not None:
+        policy = keras.dtype_policies.get(dtype)
+    elif isinstance(model, str):
+        policy = keras.dtype_policies.get(keras.config.dtype_policy())
+    else:
+        policy = model.dtype_policy
+    return config, model_class, height, width, policy
+
+
+def _activations(model, model_class, height, width, training, remat):
+    """(activation elements, attention float32 elements) per example at the step's peak."""
+    if issubclass(model_class, (ResNetV2, AxialResNet)):
+        if remat:
+            kind = "a BiT ResNetV2" if issubclass(model_class, ResNetV2) else "an AxialResNet"
+            raise ValueError(f"remat=True rematerialises Transformer blocks; {kind} has none. "
+                             "Use remat=False.")
+        tally = _Tally()
+        axial = issubclass(model_class, AxialResNet)
+        _resnet_tally(tally, (height, width), model.num_channels, model.block_units,
+                      model.width_factor, "axial" if axial else "bit",
+                      getattr(model, "num_heads", None))
+        blocks = block = block_input = 0
+    else:
+        tally, blocks, block, block_input = _vit_tally(model, height, width)
+    if not training:
+        return tally.forward, tally.forward_matrices
+    if remat:  # block inputs only; one block recomputed (its matrices as many as the
+        # gradients in flight through it), then the gradients in flight
+        return (tally.kept - blocks * (block - block_input) + block + tally.block,
+                2 * tally.block_matrices)
+    return tally.kept + tally.block, tally.matrices + tally.block_matrices
+
+
+def memory(model, image_size=None, batch_size=1, *, training=True, dtype=None, remat=None,
+           optimizer="sgd", **overrides):
+    """Peak device memory of one training (or inference) step, in bytes, with its parts.
+
+    Counted from the architecture; see the module docstring for what each part holds and
+    ``XLA_AGREEMENT`` for how it compares with what XLA allocates.
+
+    Args:
+        model: a ``VisionTransformer`` (plain or hybrid), a ``ResNetV2`` (BiT), an
+            ``AxialVisionTransformer`` or ``AxialResNet``, or a registered name
+            (``"ViT-H/14"``, ``"R50+ViT-B/16"``, ``"BiT-R152x2"``, ``"Axial-ViT-B/16"``,
+            ``"AxialResNet50"``), counted without building. Other models raise a
+            ``TypeError`` (measure them with ``xla_memory``).
+        image_size: int or (height, width); by default the model's own, 224 for a name.
+        batch_size: examples per step on the device.
+        training: a training step (forward, backward, update) or inference alone.
+        dtype: a Keras dtype policy (``"float32"``, ``"mixed_bfloat16"``, ``"bfloat16"``...); by
+            default the model's (the global policy for a name).
+        remat: rematerialised Transformer blocks (``remat=True`` of the model); by default the
+            model's own setting (off for a name).
+        optimizer: ``"sgd"`` (with momentum, the fine-tuning recipe) or ``"adamw"``
+            (pre-training).
+        **overrides: with a name only, the arguments of ``create_model`` (``num_classes``...).
+
+    Returns:
+        a ``MemoryCount``: bytes as an ``int`` (``.gib`` in GiB) and ``.parts``: ``weights``,
+        ``gradients``, ``optimizer``, ``inputs``, ``activations``, ``attention``.
+
+    Example (attention grows with the square of the tokens, so with the 4th power of the side):
+    >>> small = memory("ViT-B/16", 224, 8, training=False)
+    >>> large = memory("ViT-B/16", 448, 8, training=False)
+    >>> round(large.parts["attention"] / small.parts["attention"], 1)
+    15.9
+    """
+    if optimizer not in OPTIMIZER_SLOTS:
+        raise ValueError(f"Unknown optimizer {optimizer!r}; use one of {sorted(OPTIMIZER_SLOTS)}.")
+    if int(batch_size) < 0:
+        raise ValueError(f"batch_size must be 0 or more, got {batch_size!r}.")
+    config, model_class, height, width, policy = _resolve(model, image_size, dtype, overrides)
+    if remat is None:
+        remat = bool(getattr(config, "remat", False))
+    if remat and training and getattr(config, "dropout_rate", 0):
+        raise ValueError("remat=True needs dropout_rate=0 (the model refuses it otherwise); pass "
+                         "dropout_rate=0.0 with the name, or remat=False.")
+    variable, compute = _bytes(policy.variable_dtype), _bytes(policy.compute_dtype)
+    weights = count_parameters(config, height, width) * variable
+    elements, matrices = _activations(config, model_class, height, width, training, remat)
+    labels = (config.num_classes or 0) if training else 0
+    return MemoryCount({
+        "weights": weights,
+        "gradients": weights if training else 0,
+        "optimizer": OPTIMIZER_SLOTS[optimizer] * weights if training else 0,
+        "inputs": batch_size * FLOAT32_BYTES * (height * width * config.num_channels + labels),
+        "activations": batch_size * compute * elements,
+        "attention": batch_size * FLOAT32_BYTES * matrices,
+    })
+
+
+def xla_memory(model, batch_size, *, training=True, optimizer="sgd"):
+    """What XLA allocates for ``model``'s compiled step under jax: ``argument + output - alias
+    + temp`` bytes of ``memory_analysis()``, the state donated as Keras's jax trainer does.
+
+    The step is Keras's: ``stateless_call``, ``jax.value_and_grad`` of the softmax
+    cross-entropy, ``optimizer.stateless_apply`` (SGD with momentum 0.9, or AdamW). Needs the
+    jax backend; compiles for the default jax device (the CPU here).
+    """
+    if keras.backend.backend() != "jax":
+        raise RuntimeError("xla_memory compiles with jax; set KERAS_BACKEND=jax.")
+    import jax
+
+    trainable = [v.value for v in model.trainable_variables]
+    frozen = [v.value for v in model.non_trainable_variables]
+    shape = (batch_size, *model.input_shape[1:])
+    images = jax.ShapeDtypeStruct(shape, "float32")
+    if not training:
+        def predict(trainable, frozen, images):
+            return model.stateless_call(trainable, frozen, images)[0]
+        compiled = jax.jit(predict).lower(trainable, frozen, images).compile()
+    else:
+        step, slots = _train_step(model, optimizer, jax)
+        labels = jax.ShapeDtypeStruct((batch_size, model.num_classes), "float32")
+        compiled = step.lower(trainable, frozen, slots, images, labels).compile()
+    analysis = compiled.memory_analysis()
+    return (analysis.argument_size_in_bytes + analysis.output_size_in_bytes
+            - analysis.alias_size_in_bytes + analysis.temp_size_in_bytes)
+
+
+def _train_step(model, optimizer, jax):
+    optimizer = (keras.optimizers.SGD(0.01, momentum=0.9) if optimizer == "sgd"
+                 else keras.optimizers.AdamW(1e-3))
+    optimizer.build(model.trainable_variables)
+    slots = [v.value for v in optimizer.variables]
+    loss = keras.losses.CategoricalCrossentropy(from_logits=True)
+
+    def step(trainable, frozen, slots, images, labels):
+        def objective(trainable):
+            logits, frozen_after = model.stateless_call(trainable, frozen, images, training=True)
+            return loss(labels, logits), frozen_after
+        (value, frozen), grads = jax.value_and_grad(objective, has_aux=True)(trainable)
+        trainable, slots = optimizer.stateless_apply(slots, grads, trainable)
+        return value, trainable, frozen, slots
+
+    return jax.jit(step, donate_argnums=(0, 1, 2)), slots

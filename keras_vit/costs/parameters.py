@@ -1,0 +1,134 @@
+"""The number of weights of a model, counted from its configuration without building it.
+
+A built model answers ``count_params()``; a registered name (``"ViT-H/14"``, 632M weights) is
+counted layer by layer from its settings, so that ``memory`` can size a model nobody built.
+``tests/costs/test_memory.py`` checks the count against ``count_params()`` of built models.
+
+Example (paper Table 1: ViT-B has 86M weights, ViT-H 632M):
+>>> from keras_vit.costs.architecture import read
+>>> _, settings, height, width = read("ViT-H/14", None, {})
+>>> count_parameters(settings, height, width)
+632045800
+"""
+
+import keras
+
+from keras_vit.costs.architecture import (
+    AXIAL_PROJECTION_WIDTH,
+    hybrid_stages,
+    hybrid_width_factor,
+    resnet_units,
+    token_spans,
+)
+from keras_vit.layers.resnet import EXPANSION, ROOT_KERNEL, root_width
+
+NORM_WEIGHTS = 2  # a LayerNorm or GroupNorm: a scale and a bias per channel
+
+
+def _norm(channels):
+    return NORM_WEIGHTS * channels
+
+
+def _conv(kernel, channels_in, channels_out):
+    """A weight-standardised convolution: no bias (a GroupNorm follows)."""
+    return kernel * kernel * channels_in * channels_out
+
+
+def _dense(width_in, width_out):
+    return (width_in + 1) * width_out
+
+
+def _axial_attention(features, heads, length):
+    """One attention of an AxialUnit along an axis of ``length``: its 1x1 projection to 2C, its
+    (2C / heads, 2L - 1) relative table, and GroupNorms of 2C and C."""
+    projected = AXIAL_PROJECTION_WIDTH * features
+    table = AXIAL_PROJECTION_WIDTH * (features // heads) * (2 * length - 1)
+    return _conv(1, features, projected) + table + _norm(projected) + _norm(features)
+
+
+def _unit(style, side_in, channels, features, stride, heads):
+    """A bottleneck unit of a BiT (``"bit"``, pre-activation: gn1 reads the unit's input),
+    hybrid (``"hybrid"``, post-activation) or AxialResNet (``"axial"``: two attentions instead
+    of conv2 and gn2) ResNet; a projection shortcut where the shape changes."""
+    out = EXPANSION * features
+    count = _conv(1, channels, features) + _conv(1, features, out)  # conv1, conv3
+    if style == "axial":
+        count += _norm(features) + _norm(out) + sum(
+            _axial_attention(features, heads, length) for length in side_in)
+    elif style == "bit":
+        count += _conv(3, features, features) + _norm(channels) + 2 * _norm(features)
+    else:
+        count += _conv(3, features, features) + 2 * _norm(features) + _norm(out)
+    if channels != out or stride != 1:
+        count += _conv(1, channels, out) + (0 if style == "bit" else _norm(out))
+    return count
+
+
+def _resnet(channels, side, stages, width_factor, style, heads=None):
+    """Weights and output channels of a BiT, hybrid or AxialResNet (``style`` as ``_unit``) on
+    images of ``side``; the hybrid and axial roots have a GroupNorm, BiT's none."""
+    width = root_width(width_factor)
+    count = _conv(ROOT_KERNEL, channels, width) + (0 if style == "bit" else _norm(width))
+    out_channels = width
+    for side_in, _, channels, features, stride in resnet_units(side, stages, width_factor):
+        count += _unit(style, side_in, channels, features, stride, heads)
+        out_channels = EXPANSION * features
+    return count, out_channels
+
+
+def _position(model, grid, spans):
+    """The position embedding's tables (paper Appendix D.4)."""
+    dim, layers = model.hidden_size, model.num_layers
+    if model.position_embedding == "relative":  # a (2 span - 1, heads, head width) table each
+        return layers * sum(2 * span - 1 for span in spans) * dim
+    if model.position_embedding == "none":
+        return 0
+    grid = model.position_embedding_grid or grid
+    cls = model.classifier == "token"
+    table = (grid[0] * grid[1] + cls) * dim
+    if model.position_embedding == "learned_2d":  # X and Y tables of D / 2, and the class row
+        table = (grid[0] + grid[1]) * (dim // 2) + cls * dim
+    return table * (layers if model.position_embedding_placement == "every_layer" else 1)
+
+
+def _head(width, model):
+    """``pre_logits`` (if any), then the classifier."""
+    count = 0
+    if getattr(model, "representation_size", None) is not None:
+        count += _dense(width, model.representation_size)
+        width = model.representation_size
+    return count + (0 if model.num_classes is None else _dense(width, model.num_classes))
+
+
+def _encoder_block(dim, mlp):
+    """Two LayerNorms, the q, k, v and output projections, the MLP's two layers."""
+    return 2 * _norm(dim) + 4 * _dense(dim, dim) + _dense(dim, mlp) + _dense(mlp, dim)
+
+
+def _resnet_model(model, height, width):
+    """BiT (a final GroupNorm before the head) or AxialResNet (none)."""
+    axial = hasattr(model, "num_heads")
+    count, channels = _resnet(model.num_channels, (height, width), model.block_units,
+                              model.width_factor, "axial" if axial else "bit",
+                              getattr(model, "num_heads", None))
+    return count + (0 if axial else _norm(channels)) + _head(channels, model)
+
+
+def count_parameters(model, height, width):
+    """The weights of a built model, or of a configuration (``architecture.read``'s settings)
+    at images of ``height`` x ``width`` (which size a relative position table)."""
+    if isinstance(model, keras.Model):
+        return model.count_params()
+    if not hasattr(model, "hidden_size"):
+        return _resnet_model(model, height, width)
+    count, channels = 0, model.num_channels
+    if model.resnet is not None:
+        count, channels = _resnet(channels, (height, width), hybrid_stages(model.resnet),
+                                  hybrid_width_factor(model.resnet), "hybrid")
+    dim = model.hidden_size
+    grid = (height // model.stride, width // model.stride)
+    _, spans = token_spans(model, grid)
+    count += _conv(model.patch_size, channels, dim) + dim  # the patch embedding has a bias
+    count += (model.classifier == "token") * dim + _position(model, grid, spans)
+    count += _norm(dim) + _head(dim, model)  # the final LayerNorm
+    return count + model.num_layers * len(spans) * _encoder_block(dim, model.mlp_dim)
