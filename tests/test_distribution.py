@@ -85,8 +85,8 @@ keras.distribution.set_distribution(keras.distribution.ModelParallel(
 model = VisionTransformer(**CONFIG)
 block = model.get_layer("encoderblock_0")
 specs = {
-    "query_kernel": list(block.MultiHeadDotProductAttention_1.query_kernel.value.sharding.spec),
-    "out_kernel": list(block.MultiHeadDotProductAttention_1.out_kernel.value.sharding.spec),
+    "query_kernel": list(block.MultiHeadDotProductAttention_1.query.kernel.value.sharding.spec),
+    "out_kernel": list(block.MultiHeadDotProductAttention_1.out.kernel.value.sharding.spec),
     "mlp_0": list(block.MlpBlock_3.Dense_0.kernel.value.sharding.spec),
     "mlp_1": list(block.MlpBlock_3.Dense_1.kernel.value.sharding.spec),
     "head": list(model.get_layer("head").kernel.value.sharding.spec),
@@ -354,13 +354,13 @@ def test_layout_map_matches_every_sharded_vit_weight():
             assert len(layout.axes) == len(v.shape), v.path
             sharded[v.path.split("encoderblock_", 1)[1].split("/", 1)[1]] = layout.axes
     expected = {
-        "MultiHeadDotProductAttention_1/query_kernel": (None, "model", None),
-        "MultiHeadDotProductAttention_1/key_kernel": (None, "model", None),
-        "MultiHeadDotProductAttention_1/value_kernel": (None, "model", None),
-        "MultiHeadDotProductAttention_1/query_bias": ("model", None),
-        "MultiHeadDotProductAttention_1/key_bias": ("model", None),
-        "MultiHeadDotProductAttention_1/value_bias": ("model", None),
-        "MultiHeadDotProductAttention_1/out_kernel": ("model", None, None),
+        "MultiHeadDotProductAttention_1/query/kernel": (None, "model", None),
+        "MultiHeadDotProductAttention_1/key/kernel": (None, "model", None),
+        "MultiHeadDotProductAttention_1/value/kernel": (None, "model", None),
+        "MultiHeadDotProductAttention_1/query/bias": ("model", None),
+        "MultiHeadDotProductAttention_1/key/bias": ("model", None),
+        "MultiHeadDotProductAttention_1/value/bias": ("model", None),
+        "MultiHeadDotProductAttention_1/out/kernel": ("model", None, None),
         "MlpBlock_3/Dense_0/kernel": (None, "model"),
         "MlpBlock_3/Dense_0/bias": ("model",),
         "MlpBlock_3/Dense_1/kernel": ("model", None),

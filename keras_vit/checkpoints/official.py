@@ -153,8 +153,9 @@ def vit_table(model):
         attention = block.MultiHeadDotProductAttention_1
         for name in ("query", "key", "value", "out"):
             key = f"{prefix}/MultiHeadDotProductAttention_1/{name}"
-            table[f"{key}/kernel"] = Entry(getattr(attention, f"{name}_kernel"))
-            table[f"{key}/bias"] = Entry(getattr(attention, f"{name}_bias"))
+            projection = getattr(attention, name)
+            table[f"{key}/kernel"] = Entry(projection.kernel)
+            table[f"{key}/bias"] = Entry(projection.bias)
         table.update(_layer_norm(f"{prefix}/LayerNorm_2", block.LayerNorm_2))
         table.update(_dense(f"{prefix}/MlpBlock_3/Dense_0", block.MlpBlock_3.Dense_0))
         table.update(_dense(f"{prefix}/MlpBlock_3/Dense_1", block.MlpBlock_3.Dense_1))

@@ -151,12 +151,11 @@ def layout(model, prefix):
         attention = block.MultiHeadDotProductAttention_1
         layer = f"{prefix}encoder.layer.{i}"
         for name in ("query", "key", "value"):
-            t[f"{layer}.attention.attention.{name}.weight"] = torch_heads_in(
-                getattr(attention, f"{name}_kernel"))
-            t[f"{layer}.attention.attention.{name}.bias"] = flat(
-                getattr(attention, f"{name}_bias"))
-        t[f"{layer}.attention.output.dense.weight"] = torch_heads_out(attention.out_kernel)
-        t[f"{layer}.attention.output.dense.bias"] = Entry(attention.out_bias)
+            projection = getattr(attention, name)
+            t[f"{layer}.attention.attention.{name}.weight"] = torch_heads_in(projection.kernel)
+            t[f"{layer}.attention.attention.{name}.bias"] = flat(projection.bias)
+        t[f"{layer}.attention.output.dense.weight"] = torch_heads_out(attention.out.kernel)
+        t[f"{layer}.attention.output.dense.bias"] = Entry(attention.out.bias)
         for ours, theirs in (("LayerNorm_0", "layernorm_before"),
                              ("LayerNorm_2", "layernorm_after")):
             norm = getattr(block, ours)

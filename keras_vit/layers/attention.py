@@ -1,10 +1,13 @@
 """Multi-head self-attention (paper Appendix A, Eq. 5-8).
 
-Weights use the official ``MultiHeadDotProductAttention`` layout: ``query``/``key``/``value``
-kernels (D, H, hd) with biases (H, hd), and ``out`` kernel (H, hd, D) with bias (D,).
+The four projections are Keras ``EinsumDense`` sublayers in the official
+``MultiHeadDotProductAttention`` layout: ``query``/``key``/``value`` kernels (D, H, hd) with biases
+(H, hd), and ``out`` kernel (H, hd, D) with bias (D,). Being Keras layers, they are what
+``model.quantize(mode)`` quantizes and what ``layer.enable_lora(rank)`` adapts
+(``keras_vit.training.lora``).
 
 Two code paths give the same numbers:
-- the fast path projects q, k and v with one fused matrix multiply and calls
+- the fast path projects q, k and v straight into (batch, N, H, hd) and calls
   ``keras.ops.dot_product_attention`` with the kernel that ``attention_implementation`` picks
   (see ``flash_attention_argument``);
 - the explicit path (``return_attention_scores=True``, or attention dropout while training)
@@ -141,18 +144,48 @@ def flash_attention_argument(implementation, query, bias=None, training=False):
     return None if reason is None else False
 
 
-def _flat_glorot(fan_in, fan_out):
-    """Xavier-uniform drawn on the flattened 2-D (fan_in, fan_out) shape, then reshaped.
+@keras.saving.register_keras_serializable(package="keras_vit")
+class FlatGlorotUniform(keras.initializers.Initializer):
+    """Xavier-uniform drawn with the fans of the flattened 2-D (fan_in, fan_out) kernel.
 
-    Keras computes fans of a 3-D kernel differently; the official code uses the flattened
-    (D, H*hd) shape, which this reproduces.
+    Keras computes the fans of a 3-D kernel such as (D, H, hd) differently; the official code
+    draws on the flattened (D, H*hd) shape, which this reproduces for any shape.
+
+    Example:
+    >>> import numpy as np
+    >>> w = keras.ops.convert_to_numpy(FlatGlorotUniform(64, 64)((64, 4, 16)))
+    >>> bool(np.abs(w).max() <= np.sqrt(6 / 128))
+    True
     """
-    limit = math.sqrt(6.0 / (fan_in + fan_out))
 
-    def initializer(shape, dtype=None):
+    def __init__(self, fan_in, fan_out):
+        self.fan_in, self.fan_out = int(fan_in), int(fan_out)
+
+    def __call__(self, shape, dtype=None):
+        limit = math.sqrt(6.0 / (self.fan_in + self.fan_out))
         return keras.random.uniform(shape, minval=-limit, maxval=limit, dtype=dtype)
 
-    return initializer
+    def get_config(self):
+        return {"fan_in": self.fan_in, "fan_out": self.fan_out}
+
+
+# The projections as einsum equations: tokens (b, t) of width d to heads (n, h) and back.
+_HEADS_IN = "btd,dnh->btnh"
+_HEADS_OUT = "btnh,nhd->btd"
+PROJECTIONS = ("query", "key", "value", "out")
+
+
+def legacy_layout_error(layer, found, expected, kind="attention"):
+    """The error for a saved file whose ``layer`` holds its projections as raw weights."""
+    return ValueError(
+        f"The file holds {found} weights for the {kind} layer '{layer.path}', which keeps "
+        f"{expected} of its own: it was saved by a keras_vit version whose attention "
+        "projections were raw weights (query_kernel, ...), before they became EinsumDense "
+        "sublayers. Convert the file once with keras_vit.models.upgrade.upgrade_keras_file("
+        "'old.keras', 'new.keras') (or, for a .weights.h5 file, "
+        "keras_vit.models.upgrade.load_legacy_weights(model, 'old.weights.h5')) and load the "
+        "converted file."
+    )
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -204,45 +237,27 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             )
         self.hidden_size = dim
         self.head_dim = dim // self.num_heads
-        qkv_shape = (dim, self.num_heads, self.head_dim)
+        heads = (None, self.num_heads, self.head_dim)
+        projection = dict(kernel_initializer=FlatGlorotUniform(dim, dim),
+                          bias_initializer="zeros", dtype=self.dtype_policy)
         for name in ("query", "key", "value"):
-            kernel = self.add_weight(
-                name=f"{name}_kernel", shape=qkv_shape, initializer=_flat_glorot(dim, dim)
-            )
-            bias = self.add_weight(
-                name=f"{name}_bias", shape=(self.num_heads, self.head_dim), initializer="zeros"
-            )
-            setattr(self, f"{name}_kernel", kernel)
-            setattr(self, f"{name}_bias", bias)
-        self.out_kernel = self.add_weight(
-            name="out_kernel",
-            shape=(self.num_heads, self.head_dim, dim),
-            initializer=_flat_glorot(dim, dim),
-        )
-        self.out_bias = self.add_weight(name="out_bias", shape=(dim,), initializer="zeros")
+            layer = keras.layers.EinsumDense(_HEADS_IN, heads, bias_axes="nh", name=name,
+                                             **projection)
+            setattr(self, name, layer)
+            layer.build(input_shape)
+        self.out = keras.layers.EinsumDense(_HEADS_OUT, (None, dim), bias_axes="d", name="out",
+                                            **projection)
+        self.out.build((None, input_shape[1], self.num_heads, self.head_dim))
         if self.relative_logits is not None:
             self.relative_logits.build((None, input_shape[1], self.num_heads, self.head_dim))
 
-    def _project_qkv(self, x):
-        dim = self.hidden_size
-        kernels = (self.query_kernel, self.key_kernel, self.value_kernel)
-        kernel = ops.concatenate([ops.reshape(k, (dim, dim)) for k in kernels], axis=1)
-        bias = ops.concatenate(
-            [ops.reshape(b, (dim,)) for b in (self.query_bias, self.key_bias, self.value_bias)]
-        )
-        qkv = ops.matmul(x, ops.cast(kernel, x.dtype)) + ops.cast(bias, x.dtype)
-        # The batch from the tensor and -1 tokens: the token count may be dynamic (any image size).
-        qkv = ops.reshape(qkv, (ops.shape(x)[0], -1, 3, self.num_heads, self.head_dim))
-        return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-
-    def _output(self, context):
-        dim = self.hidden_size
-        context = ops.reshape(context, (ops.shape(context)[0], -1, dim))
-        kernel = ops.cast(ops.reshape(self.out_kernel, (dim, dim)), context.dtype)
-        return ops.matmul(context, kernel) + ops.cast(self.out_bias, context.dtype)
+    def load_own_variables(self, store):
+        if len(store.keys()):  # the raw query_kernel ... out_bias of earlier versions
+            raise legacy_layout_error(self, len(store.keys()), "none")
+        super().load_own_variables(store)
 
     def call(self, inputs, training=None, return_attention_scores=False, bias=None):
-        q, k, v = self._project_qkv(inputs)
+        q, k, v = self.query(inputs), self.key(inputs), self.value(inputs)
         scale = 1.0 / math.sqrt(self.head_dim)
         if self.relative_logits is not None:
             relative = self.relative_logits(q * ops.cast(scale, q.dtype))
@@ -253,7 +268,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             flash = flash_attention_argument(self.attention_implementation, q, bias,
                                              training=bool(training))
             context = ops.dot_product_attention(q, k, v, bias=bias, flash_attention=flash)
-            return self._output(context)
+            return self.out(context)
         # Logits and softmax in float32, also under mixed precision.
         q, k = ops.cast(q, "float32"), ops.cast(k, "float32")
         logits = ops.einsum("bqhd,bkhd->bhqk", q * scale, k)
@@ -262,7 +277,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         probs = ops.softmax(logits, axis=-1)
         dropped = self.attention_dropout(ops.cast(probs, v.dtype), training=training)
         context = ops.einsum("bhqk,bkhd->bqhd", dropped, v)
-        outputs = self._output(context)
+        outputs = self.out(context)
         if return_attention_scores:
             return outputs, probs
         return outputs

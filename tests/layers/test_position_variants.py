@@ -92,9 +92,8 @@ def test_relative_logits_are_toeplitz_for_a_constant_query():
 
 
 def _attention_reference(layer, x, bias):
-    w = {name: _np(getattr(layer, name)) for name in (
-        "query_kernel", "query_bias", "key_kernel", "key_bias", "value_kernel", "value_bias",
-        "out_kernel", "out_bias")}
+    w = {f"{name}_{part}": _np(getattr(getattr(layer, name), part))
+         for name in ("query", "key", "value", "out") for part in ("kernel", "bias")}
     q = np.einsum("bnd,dhk->bnhk", x, w["query_kernel"]) + w["query_bias"]
     k = np.einsum("bnd,dhk->bnhk", x, w["key_kernel"]) + w["key_bias"]
     v = np.einsum("bnd,dhk->bnhk", x, w["value_kernel"]) + w["value_bias"]
@@ -142,7 +141,7 @@ def test_relative_attention_adds_its_logits_on_both_paths():
     layer.build(x.shape)
     table = rng.normal(size=(9, 2, 4)).astype("float32")
     layer.relative_logits.embedding.assign(table)
-    q = np.einsum("bnd,dhk->bnhk", x, _np(layer.query_kernel)) + _np(layer.query_bias)
+    q = np.einsum("bnd,dhk->bnhk", x, _np(layer.query.kernel)) + _np(layer.query.bias)
     bias = _relative_reference(q / 2.0, table)  # queries scaled by 1/sqrt(head_dim = 4)
     expected, expected_probs = _attention_reference(layer, x.astype("float64"), bias)
     out, probs = layer(x, return_attention_scores=True)
