@@ -135,8 +135,8 @@ def test_jax_data_and_model_parallel_match_one_device():
     assert out["devices"] == 4
     assert out["dp_per_replica"] == 2 and out["mp_per_replica"] == 4
     specs = out["specs"]
-    assert specs["query_kernel"] == [None, "model", None]
-    assert specs["out_kernel"] == ["model", None, None]
+    assert specs["query_kernel"] == [None, "model"]
+    assert specs["out_kernel"] == ["model", None]
     assert specs["mlp_0"] == [None, "model"]
     assert specs["mlp_1"] == ["model", None]
     assert "model" not in specs["head"]
@@ -354,13 +354,13 @@ def test_layout_map_matches_every_sharded_vit_weight():
             assert len(layout.axes) == len(v.shape), v.path
             sharded[v.path.split("encoderblock_", 1)[1].split("/", 1)[1]] = layout.axes
     expected = {
-        "MultiHeadDotProductAttention_1/query/kernel": (None, "model", None),
-        "MultiHeadDotProductAttention_1/key/kernel": (None, "model", None),
-        "MultiHeadDotProductAttention_1/value/kernel": (None, "model", None),
-        "MultiHeadDotProductAttention_1/query/bias": ("model", None),
-        "MultiHeadDotProductAttention_1/key/bias": ("model", None),
-        "MultiHeadDotProductAttention_1/value/bias": ("model", None),
-        "MultiHeadDotProductAttention_1/out/kernel": ("model", None, None),
+        "MultiHeadDotProductAttention_1/query/kernel": (None, "model"),
+        "MultiHeadDotProductAttention_1/key/kernel": (None, "model"),
+        "MultiHeadDotProductAttention_1/value/kernel": (None, "model"),
+        "MultiHeadDotProductAttention_1/query/bias": ("model",),
+        "MultiHeadDotProductAttention_1/key/bias": ("model",),
+        "MultiHeadDotProductAttention_1/value/bias": ("model",),
+        "MultiHeadDotProductAttention_1/out/kernel": ("model", None),
         "MlpBlock_3/Dense_0/kernel": (None, "model"),
         "MlpBlock_3/Dense_0/bias": ("model",),
         "MlpBlock_3/Dense_1/kernel": ("model", None),

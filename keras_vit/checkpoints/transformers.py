@@ -29,13 +29,10 @@ from keras_vit.checkpoints.base import (
     Entry,
     assign,
     export,
-    flat,
     prepare_config,
     resize_posemb_tensor,
     torch_conv_kernel,
     torch_dense_kernel,
-    torch_heads_in,
-    torch_heads_out,
     write_atomically,
 )
 from keras_vit.checkpoints.capabilities import check_expressible, check_position
@@ -152,9 +149,10 @@ def layout(model, prefix):
         layer = f"{prefix}encoder.layer.{i}"
         for name in ("query", "key", "value"):
             projection = getattr(attention, name)
-            t[f"{layer}.attention.attention.{name}.weight"] = torch_heads_in(projection.kernel)
-            t[f"{layer}.attention.attention.{name}.bias"] = flat(projection.bias)
-        t[f"{layer}.attention.output.dense.weight"] = torch_heads_out(attention.out.kernel)
+            t[f"{layer}.attention.attention.{name}.weight"] = torch_dense_kernel(
+                projection.kernel)
+            t[f"{layer}.attention.attention.{name}.bias"] = Entry(projection.bias)
+        t[f"{layer}.attention.output.dense.weight"] = torch_dense_kernel(attention.out.kernel)
         t[f"{layer}.attention.output.dense.bias"] = Entry(attention.out.bias)
         for ours, theirs in (("LayerNorm_0", "layernorm_before"),
                              ("LayerNorm_2", "layernorm_after")):

@@ -1,9 +1,11 @@
 """Multi-head self-attention (paper Appendix A, Eq. 5-8).
 
-The four projections are Keras ``EinsumDense`` sublayers in the official
-``MultiHeadDotProductAttention`` layout: ``query``/``key``/``value`` kernels (D, H, hd) with biases
-(H, hd), and ``out`` kernel (H, hd, D) with bias (D,). Being Keras layers, they are what
-``model.quantize(mode)`` quantizes and what ``layer.enable_lora(rank)`` adapts
+The four projections are Keras ``Dense`` sublayers of width D: ``query``, ``key``, ``value``
+(kernels (D, H * hd), their columns head by head) and ``out`` (kernel (H * hd, D)). They hold
+the official ``MultiHeadDotProductAttention`` tensors flattened: its (D, H, hd) kernels, (H, hd)
+biases and (H, hd, D) output kernel are these reshaped (the checkpoint tables reshape). Being
+plain Keras layers, they are what ``model.quantize(mode)`` quantizes, and ``enable_lora(rank)``
+gives each the LoRA paper's rank-r update of the whole D x D matrix
 (``keras_vit.training.lora``).
 
 Two code paths give the same numbers:
@@ -23,6 +25,7 @@ casts q and k to float32, so the returned probabilities are float32.
 """
 
 import math
+import weakref
 
 import keras
 from keras import ops
@@ -146,10 +149,10 @@ def flash_attention_argument(implementation, query, bias=None, training=False):
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class FlatGlorotUniform(keras.initializers.Initializer):
-    """Xavier-uniform drawn with the fans of the flattened 2-D (fan_in, fan_out) kernel.
+    """Xavier-uniform with the fans of the official flattened (D, H*hd) kernel, any shape.
 
-    Keras computes the fans of a 3-D kernel such as (D, H, hd) differently; the official code
-    draws on the flattened (D, H*hd) shape, which this reproduces for any shape.
+    Keras computes the fans of a 3-D kernel such as (D, H, hd) from its last two axes; the
+    official code draws on the flattened shape, which this reproduces whatever the layout.
 
     Example:
     >>> import numpy as np
@@ -169,23 +172,32 @@ class FlatGlorotUniform(keras.initializers.Initializer):
         return {"fan_in": self.fan_in, "fan_out": self.fan_out}
 
 
-# The projections as einsum equations: tokens (b, t) of width d to heads (n, h) and back.
-_HEADS_IN = "btd,dnh->btnh"
-_HEADS_OUT = "btnh,nhd->btd"
 PROJECTIONS = ("query", "key", "value", "out")
 
 
-def legacy_layout_error(layer, found, expected, kind="attention"):
-    """The error for a saved file whose ``layer`` holds its projections as raw weights."""
-    return ValueError(
-        f"The file holds {found} weights for the {kind} layer '{layer.path}', which keeps "
-        f"{expected} of its own: it was saved by a keras_vit version whose attention "
-        "projections were raw weights (query_kernel, ...), before they became EinsumDense "
-        "sublayers. Convert the file once with keras_vit.models.upgrade.upgrade_keras_file("
-        "'old.keras', 'new.keras') (or, for a .weights.h5 file, "
-        "keras_vit.models.upgrade.load_legacy_weights(model, 'old.weights.h5')) and load the "
-        "converted file."
-    )
+def refuse_legacy_weights(layer, store, legacy_count, kind="attention"):
+    """Raise a clear error when ``store`` (what Keras loads into ``layer``'s own variables)
+    holds the ``legacy_count`` raw projection weights of earlier versions.
+
+    After a failure Keras loads the layer again under another attribute path, where the file has
+    nothing: an empty store of the same load raises the same error, so that it is the one
+    reported rather than a generic one (or none).
+    """
+    found = len(store.keys())
+    seen = getattr(layer, "_legacy_store", None)
+    if found == legacy_count or (found == 0 and seen is not None and seen() is store):
+        try:
+            layer._legacy_store = weakref.ref(store)
+        except TypeError:  # a plain dict: no later visit to recognise
+            pass
+        raise ValueError(
+            f"The file holds {legacy_count} weights for the {kind} layer '{layer.path}': it was "
+            "saved by a keras_vit version whose attention projections were raw weights "
+            "(query_kernel, ...), before they became Dense sublayers. Convert it once with "
+            "keras_vit.models.upgrade.upgrade_keras_file('old.keras', 'new.keras') (for a "
+            ".weights.h5 file: keras_vit.models.upgrade.load_legacy_weights(model, "
+            "'old.weights.h5')) and load the converted file."
+        )
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -237,27 +249,27 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             )
         self.hidden_size = dim
         self.head_dim = dim // self.num_heads
-        heads = (None, self.num_heads, self.head_dim)
-        projection = dict(kernel_initializer=FlatGlorotUniform(dim, dim),
-                          bias_initializer="zeros", dtype=self.dtype_policy)
-        for name in ("query", "key", "value"):
-            layer = keras.layers.EinsumDense(_HEADS_IN, heads, bias_axes="nh", name=name,
-                                             **projection)
+        for name in PROJECTIONS:
+            layer = keras.layers.Dense(dim, kernel_initializer=FlatGlorotUniform(dim, dim),
+                                       dtype=self.dtype_policy, name=name)
             setattr(self, name, layer)
             layer.build(input_shape)
-        self.out = keras.layers.EinsumDense(_HEADS_OUT, (None, dim), bias_axes="d", name="out",
-                                            **projection)
-        self.out.build((None, input_shape[1], self.num_heads, self.head_dim))
         if self.relative_logits is not None:
             self.relative_logits.build((None, input_shape[1], self.num_heads, self.head_dim))
 
+    def _heads(self, x):
+        """(batch, N, H * hd) -> (batch, N, H, hd); the token count may be dynamic."""
+        return ops.reshape(x, (ops.shape(x)[0], -1, self.num_heads, self.head_dim))
+
+    def _output(self, context):
+        return self.out(ops.reshape(context, (ops.shape(context)[0], -1, self.hidden_size)))
+
     def load_own_variables(self, store):
-        if len(store.keys()):  # the raw query_kernel ... out_bias of earlier versions
-            raise legacy_layout_error(self, len(store.keys()), "none")
+        refuse_legacy_weights(self, store, 8)  # query_kernel, query_bias, ..., out_bias
         super().load_own_variables(store)
 
     def call(self, inputs, training=None, return_attention_scores=False, bias=None):
-        q, k, v = self.query(inputs), self.key(inputs), self.value(inputs)
+        q, k, v = (self._heads(layer(inputs)) for layer in (self.query, self.key, self.value))
         scale = 1.0 / math.sqrt(self.head_dim)
         if self.relative_logits is not None:
             relative = self.relative_logits(q * ops.cast(scale, q.dtype))
@@ -268,7 +280,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             flash = flash_attention_argument(self.attention_implementation, q, bias,
                                              training=bool(training))
             context = ops.dot_product_attention(q, k, v, bias=bias, flash_attention=flash)
-            return self.out(context)
+            return self._output(context)
         # Logits and softmax in float32, also under mixed precision.
         q, k = ops.cast(q, "float32"), ops.cast(k, "float32")
         logits = ops.einsum("bqhd,bkhd->bhqk", q * scale, k)
@@ -277,7 +289,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         probs = ops.softmax(logits, axis=-1)
         dropped = self.attention_dropout(ops.cast(probs, v.dtype), training=training)
         context = ops.einsum("bhqk,bkhd->bqhd", dropped, v)
-        outputs = self.out(context)
+        outputs = self._output(context)
         if return_attention_scores:
             return outputs, probs
         return outputs

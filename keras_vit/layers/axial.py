@@ -16,7 +16,7 @@ import math
 import keras
 from keras import ops
 
-from keras_vit.layers.attention import check_axis, legacy_layout_error
+from keras_vit.layers.attention import check_axis, refuse_legacy_weights
 from keras_vit.layers.encoder import Encoder, EncoderBlock, encoder_settings, legacy_config
 from keras_vit.layers.resnet import group_norm, standardized_conv
 
@@ -224,9 +224,8 @@ class PositionSensitiveAxialAttention(keras.layers.Layer):
         self.gn_out.build((None, None, None, channels))
 
     def load_own_variables(self, store):
-        if len(store.keys()) == 2:  # the raw qkv_kernel of earlier versions, then the table
-            raise legacy_layout_error(self, 2, "one (relative_embedding)",
-                                      kind="position-sensitive attention")
+        # qkv_kernel, then the relative embeddings
+        refuse_legacy_weights(self, store, 2, kind="position-sensitive attention")
         super().load_own_variables(store)
 
     def relative_embeddings(self):

@@ -77,6 +77,9 @@ class ConfiguredModel(keras.Model):
         self._arguments = dict(arguments)
         for key, value in self._arguments.items():
             setattr(self, key, value)
+        # Keras wraps quantize in checks of its own, whose errors send an image model towards
+        # a text calibration: keras_vit's checks go first.
+        self.quantize = quantization.checked(self, self.quantize)
 
     def get_config(self):
         config = {
@@ -96,7 +99,6 @@ class ConfiguredModel(keras.Model):
         layers further. Layers Keras cannot quantize (norms, convolutions, embeddings added to
         the tokens) are left as they are, without a warning each.
         """
-        mode = quantization.check_mode(mode, config)
         super().quantize(mode, config=config, filters=quantization.layer_filter(filters),
                          **kwargs)
 

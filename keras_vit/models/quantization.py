@@ -23,6 +23,7 @@ layer's policy in a ``keras.dtype_policies.DTypePolicyMap`` keyed by layer path,
 the quantized variables before the weights are read.
 """
 
+import functools
 import re
 
 import keras
@@ -48,6 +49,35 @@ def check_mode(mode, config=None):
         raise ValueError(f"Unknown quantization mode {mode!r}; use one of {modes}, e.g. "
                          "model.quantize('int8').")
     return mode
+
+
+def check_float(model):
+    """Raise a ``ValueError`` naming the fix when ``model`` cannot be quantized as it is: a layer
+    is quantized already, or carries LoRA factors."""
+    layers = list(model._flatten_layers(include_self=False))
+    done = sorted({layer.quantization_mode for layer in layers if layer.quantization_mode})
+    if done:
+        raise ValueError(
+            f"The model is already quantized ({', '.join(done)}); a kernel is quantized once. "
+            "Quantize the float model to another mode: build or load it again, then call "
+            "model.quantize().")
+    if any(getattr(layer, "lora_enabled", False) for layer in layers):
+        raise ValueError(
+            "The model carries LoRA factors; merge them into the kernels before quantizing: "
+            "model = keras_vit.training.lora.merge_lora(model); model.quantize(mode). (LoRA "
+            "on an already quantized model works: quantize first, then enable_lora.)")
+
+
+def checked(model, keras_quantize):
+    """``model.quantize`` with ``check_mode`` and ``check_float`` before Keras' own checks."""
+
+    @functools.wraps(keras_quantize)
+    def quantize(mode=None, config=None, **kwargs):
+        check_mode(mode, config)
+        check_float(model)
+        return keras_quantize(mode=mode, config=config, **kwargs)
+
+    return quantize
 
 
 def is_quantizable(layer):
