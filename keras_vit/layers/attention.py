@@ -202,7 +202,8 @@ def refuse_legacy_weights(layer, store, legacy_count, kind="attention"):
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MultiHeadSelfAttention(keras.layers.Layer):
-    """Multi-head self-attention with the official weight layout.
+    """Multi-head self-attention whose projections ``query``, ``key``, ``value`` and ``out`` are
+    Keras ``Dense`` layers holding the official (D, H, hd) / (H, hd, D) tensors flattened.
 
     Args:
         num_heads: number of heads H; the input width D must be divisible by it.

@@ -8,9 +8,9 @@ layer: ``query_kernel`` (D, H, hd), ``query_bias`` (H, hd), the same for ``key``
 ``value``, ``out``; ``qkv``), which ``model.quantize`` and LoRA reach. Loading an old file the
 usual way raises an error that names this module; converting it once keeps every number:
 
-    keras_vit.models.upgrade.upgrade_keras_file("old.keras", "new.keras")
-    model = keras_vit.models.upgrade.load_legacy_model("old.keras")   # or just load it
-    keras_vit.models.upgrade.load_legacy_weights(model, "old.weights.h5")
+    keras_vit.models.upgrade.upgrade_keras_file("old.keras", "new.keras")  # once, then load
+    model = keras_vit.models.upgrade.load_legacy_model("old.keras")   # without writing a file
+    keras_vit.models.upgrade.load_legacy_weights(model, "old.weights.h5")  # a weights file
 
 Only the model's weights are read: an optimizer state saved with the old file is left out
 (compile the model again to train on).

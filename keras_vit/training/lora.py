@@ -47,16 +47,16 @@ def _projections(model):
 def lora_layers(model, targets="qv"):
     """The projection layers ``enable_lora(model, rank, targets)`` adapts.
 
-    Raises a ``ValueError`` naming the fix when ``model`` has none (a BiT ResNet: Keras has no
-    LoRA for convolutions; an AxialResNet with ``"qv"``: its attention has one fused ``qkv``).
+    Raises a ``ValueError`` naming the fix when ``model`` has none (a BiT ResNet, which has no
+    attention; an AxialResNet with ``"qv"``: its attention has one fused ``qkv``).
     """
     names = _check_targets(targets)
     layers = [layer for layer in _projections(model) if layer.name in names]
     if not layers:
         fused = any(layer.name == "qkv" for layer in _projections(model))
         hint = ("its attention has one fused qkv projection: use targets='all'" if fused else
-                "LoRA adapts attention projections, and Keras has none for convolutions (a "
-                "BiT ResNet has only convolutions and its head)")
+                "this helper adapts attention projections, and the model has no attention (a "
+                "BiT ResNet: its convolutions take Keras' layer.enable_lora(rank) one by one)")
         raise ValueError(f"{model.name} has no {'/'.join(names[:4])} projections to adapt: "
                          f"{hint}.")
     return layers
