@@ -31,9 +31,9 @@ MODEL_AXIS = "model"
 
 # (pattern over variable paths, sharded axes); each pattern matches one weight of every block.
 _VIT_LAYOUT = (
-    (r".*MultiHeadDotProductAttention_1/(query|key|value)_kernel", (None, MODEL_AXIS, None)),
-    (r".*MultiHeadDotProductAttention_1/(query|key|value)_bias", (MODEL_AXIS, None)),
-    (r".*MultiHeadDotProductAttention_1/out_kernel", (MODEL_AXIS, None, None)),
+    (r".*MultiHeadDotProductAttention_1/(query|key|value)/kernel", (None, MODEL_AXIS)),
+    (r".*MultiHeadDotProductAttention_1/(query|key|value)/bias", (MODEL_AXIS,)),
+    (r".*MultiHeadDotProductAttention_1/out/kernel", (MODEL_AXIS, None)),
     (r".*MlpBlock_3/Dense_0/kernel", (None, MODEL_AXIS)),
     (r".*MlpBlock_3/Dense_0/bias", (MODEL_AXIS,)),
     (r".*MlpBlock_3/Dense_1/kernel", (MODEL_AXIS, None)),

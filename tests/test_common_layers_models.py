@@ -137,7 +137,8 @@ CASES = {
         (2, 16, 16, 3), None),
 }
 # Registered objects that are not layers or models, checked by their own tests.
-NOT_LAYERS = {schedules.WarmupLinearDecay: "tests/training/test_training_recipes.py",
+NOT_LAYERS = {attention.FlatGlorotUniform: "tests/layers/test_attention_projections.py",
+              schedules.WarmupLinearDecay: "tests/training/test_training_recipes.py",
               optimizers.TraceSGD: "tests/training/test_training_recipes.py",
               optimizers.AccumulatingSGD: "tests/training/test_training_recipes.py"}
 

@@ -85,8 +85,8 @@ keras.distribution.set_distribution(keras.distribution.ModelParallel(
 model = VisionTransformer(**CONFIG)
 block = model.get_layer("encoderblock_0")
 specs = {
-    "query_kernel": list(block.MultiHeadDotProductAttention_1.query_kernel.value.sharding.spec),
-    "out_kernel": list(block.MultiHeadDotProductAttention_1.out_kernel.value.sharding.spec),
+    "query_kernel": list(block.MultiHeadDotProductAttention_1.query.kernel.value.sharding.spec),
+    "out_kernel": list(block.MultiHeadDotProductAttention_1.out.kernel.value.sharding.spec),
     "mlp_0": list(block.MlpBlock_3.Dense_0.kernel.value.sharding.spec),
     "mlp_1": list(block.MlpBlock_3.Dense_1.kernel.value.sharding.spec),
     "head": list(model.get_layer("head").kernel.value.sharding.spec),
@@ -135,8 +135,8 @@ def test_jax_data_and_model_parallel_match_one_device():
     assert out["devices"] == 4
     assert out["dp_per_replica"] == 2 and out["mp_per_replica"] == 4
     specs = out["specs"]
-    assert specs["query_kernel"] == [None, "model", None]
-    assert specs["out_kernel"] == ["model", None, None]
+    assert specs["query_kernel"] == [None, "model"]
+    assert specs["out_kernel"] == ["model", None]
     assert specs["mlp_0"] == [None, "model"]
     assert specs["mlp_1"] == ["model", None]
     assert "model" not in specs["head"]
@@ -354,13 +354,13 @@ def test_layout_map_matches_every_sharded_vit_weight():
             assert len(layout.axes) == len(v.shape), v.path
             sharded[v.path.split("encoderblock_", 1)[1].split("/", 1)[1]] = layout.axes
     expected = {
-        "MultiHeadDotProductAttention_1/query_kernel": (None, "model", None),
-        "MultiHeadDotProductAttention_1/key_kernel": (None, "model", None),
-        "MultiHeadDotProductAttention_1/value_kernel": (None, "model", None),
-        "MultiHeadDotProductAttention_1/query_bias": ("model", None),
-        "MultiHeadDotProductAttention_1/key_bias": ("model", None),
-        "MultiHeadDotProductAttention_1/value_bias": ("model", None),
-        "MultiHeadDotProductAttention_1/out_kernel": ("model", None, None),
+        "MultiHeadDotProductAttention_1/query/kernel": (None, "model"),
+        "MultiHeadDotProductAttention_1/key/kernel": (None, "model"),
+        "MultiHeadDotProductAttention_1/value/kernel": (None, "model"),
+        "MultiHeadDotProductAttention_1/query/bias": ("model",),
+        "MultiHeadDotProductAttention_1/key/bias": ("model",),
+        "MultiHeadDotProductAttention_1/value/bias": ("model",),
+        "MultiHeadDotProductAttention_1/out/kernel": ("model", None),
         "MlpBlock_3/Dense_0/kernel": (None, "model"),
         "MlpBlock_3/Dense_0/bias": ("model",),
         "MlpBlock_3/Dense_1/kernel": ("model", None),

@@ -23,6 +23,7 @@ import types
 import typing
 
 from keras_vit.data.preprocessing import TRAIN_AUGMENTATIONS
+from keras_vit.training.lora import TARGETS as LORA_TARGETS
 from keras_vit.training.published import RECIPES, recipe
 from keras_vit.training.schedules import DECAYS
 
@@ -232,6 +233,13 @@ class FinetuneConfig(OutputOptions, OptimizerOptions, AugmentationOptions):
                                  choices=("bfloat16", "float32"))
     use_ema: bool = option(False, "Polyak averaging", group="optimization")
     ema_momentum: float = option(0.999, group="optimization")
+    lora_rank: int | None = option(
+        None, "train rank-R LoRA factors of the attention projections (--lora-targets) and the "
+        "head, every other weight frozen; the saved model has the factors merged into its "
+        "kernels", group="lora", metavar="R")
+    lora_targets: str = option("qv", "projections --lora-rank adapts: qv (query and value, the "
+                               "LoRA paper's) or all (every attention projection)",
+                               group="lora", choices=tuple(LORA_TARGETS))
 
     @classmethod
     def from_dict(cls, values):

@@ -14,6 +14,7 @@ from keras_vit.costs.batches import plan_batch
 from keras_vit.costs.devices import device_memory_gib
 from keras_vit.distribution import check_batch_size
 from keras_vit.models.resize import rebuild
+from keras_vit.training import lora
 from keras_vit.training.published import recipe
 from keras_vit.training.recipes import finetuning_optimizer, prepare_finetuning
 
@@ -98,6 +99,21 @@ def _optimizer(config, accumulation):
         use_ema=config.use_ema, ema_momentum=config.ema_momentum)
 
 
+def _with_lora(model, config):
+    """``model`` with LoRA factors on its attention projections when ``--lora-rank`` asks."""
+    if config.lora_rank is None:
+        return model
+    try:
+        lora.enable_lora(model, config.lora_rank, config.lora_targets)
+    except ValueError as error:
+        raise UsageError(f"--lora-rank: {error}") from None
+    trainable, total = lora.trainable_parameters(model), model.count_params()
+    print(f"LoRA rank {config.lora_rank} on the {config.lora_targets} attention projections: "
+          f"{trainable:,} trainable parameters of {total:,} ({trainable / total:.2%}), the head's "
+          "included")
+    return model
+
+
 def _published(config):
     """The published accuracy a recipe's run is compared with (none without a recipe)."""
     if config.recipe is None:
@@ -132,6 +148,7 @@ def finetune(config):
     micro, accumulation = plan["micro_batch"], plan["accumulation"]
     if plan["precision"] != "float32":
         model = rebuild(model, dtype=plan["precision"])
+    model = _with_lora(model, config)
     train_ds = _train_batches(run, model, image_size, micro)
     test_ds = runs.evaluation_batches(run, model, micro if accumulation > 1 else max(micro, 256),
                                 split=config.test_split)
@@ -149,6 +166,9 @@ def finetune(config):
     metrics = dict(runs.evaluate_model(model, test_ds), steps=config.steps, micro_batch=micro,
                    accumulation=accumulation, **_published(config),
                    batch_plan=dict(plan, loss_scaling=runs.loss_scaling(model)),
-                   updates=int(keras.ops.convert_to_numpy(optimizer.iterations)))
+                   updates=int(keras.ops.convert_to_numpy(optimizer.iterations)),
+                   trainable_params=lora.trainable_parameters(model))
+    if config.lora_rank is not None:  # a plain model: any checkpoint format takes it
+        model = lora.merge_lora(model)
     return run.finish(model, metrics, log, title=f"fine-tuning "
                       f"{os.path.basename(config.checkpoint)} on {run.info.name}")

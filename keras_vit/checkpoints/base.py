@@ -102,27 +102,6 @@ def torch_conv_kernel(kernel):
     )
 
 
-def torch_heads_in(kernel):
-    """An official (D, H, hd) query/key/value kernel stored as a (H*hd, D) ``Linear.weight``."""
-    d, h, hd = kernel.shape
-    return Entry(
-        kernel, (h * hd, d), lambda k: k.reshape(d, h * hd).T, lambda w: w.T.reshape(d, h, hd)
-    )
-
-
-def torch_heads_out(kernel):
-    """An official (H, hd, D) attention output kernel stored as a (D, H*hd) ``Linear.weight``."""
-    h, hd, d = kernel.shape
-    return Entry(
-        kernel, (d, h * hd), lambda k: k.reshape(h * hd, d).T, lambda w: w.T.reshape(h, hd, d)
-    )
-
-
-def flat(variable):
-    """A variable stored flattened (e.g. an official (H, hd) attention bias as (H*hd,))."""
-    return Entry(variable, (int(np.prod(variable.shape)),))
-
-
 # ----------------------------------------------------------------------------- load and save
 
 

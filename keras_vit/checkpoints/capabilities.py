@@ -65,6 +65,7 @@ def check_expressible(model, format, strict=True):
             "keras.saving.load_model."
         )
     stem = stem_of(model)
+    check_float_weights(model, can.name)
     if stem == "bit" and stem not in can.stems:
         raise TypeError(f"The {can.name} format holds a keras_vit VisionTransformer; it has no "
                         "BiT ResNetV2 with this layout (save it in the official or timm format).")
@@ -72,6 +73,27 @@ def check_expressible(model, format, strict=True):
         raise ValueError(_STEM_ERRORS[stem].format(name=can.name))
     if isinstance(model, VisionTransformer):
         _check_vit(model, format, strict)
+
+
+def check_float_weights(model, name):
+    """Raise a ``ValueError`` when a layer of ``model`` is quantized or carries LoRA factors.
+
+    The foreign formats hold one float kernel per projection: a quantized kernel (int8, int4,
+    float8 scales) has no place there, and LoRA factors must first be merged into the kernels.
+    """
+    quantized = sorted({layer.quantization_mode for layer in model._flatten_layers()
+                        if layer.quantization_mode is not None})
+    if quantized:
+        raise ValueError(
+            f"This model is quantized ({', '.join(quantized)}); the {name} format holds float "
+            "weights only. Save the quantized model with model.save('model.keras'), or write "
+            "the float model before calling model.quantize()."
+        )
+    if any(getattr(layer, "lora_enabled", False) for layer in model._flatten_layers()):
+        raise ValueError(
+            f"This model carries LoRA factors, which the {name} format has no place for. Merge "
+            "them into the kernels first: keras_vit.training.lora.merge_lora(model)."
+        )
 
 
 _STEM_ERRORS = {

@@ -132,6 +132,18 @@ def _layer_norm(prefix, layer):
     return {f"{prefix}/scale": Entry(layer.gamma), f"{prefix}/bias": Entry(layer.beta)}
 
 
+def _attention_projection(key, name, attention):
+    """A flat ``Dense`` projection of ``attention`` as its official (D, H, hd) / (H, hd, D)
+    kernel and (H, hd) / (D,) bias."""
+    layer, heads = getattr(attention, name), (attention.num_heads, attention.head_dim)
+    width = layer.kernel.shape[0]
+    if name == "out":
+        return {f"{key}/kernel": Entry(layer.kernel, (*heads, width)),
+                f"{key}/bias": Entry(layer.bias)}
+    return {f"{key}/kernel": Entry(layer.kernel, (width, *heads)),
+            f"{key}/bias": Entry(layer.bias, heads)}
+
+
 def vit_table(model):
     """Official key -> Entry for a ``VisionTransformer`` (hybrids include the ResNet stem).
 
@@ -153,8 +165,7 @@ def vit_table(model):
         attention = block.MultiHeadDotProductAttention_1
         for name in ("query", "key", "value", "out"):
             key = f"{prefix}/MultiHeadDotProductAttention_1/{name}"
-            table[f"{key}/kernel"] = Entry(getattr(attention, f"{name}_kernel"))
-            table[f"{key}/bias"] = Entry(getattr(attention, f"{name}_bias"))
+            table.update(_attention_projection(key, name, attention))
         table.update(_layer_norm(f"{prefix}/LayerNorm_2", block.LayerNorm_2))
         table.update(_dense(f"{prefix}/MlpBlock_3/Dense_0", block.MlpBlock_3.Dense_0))
         table.update(_dense(f"{prefix}/MlpBlock_3/Dense_1", block.MlpBlock_3.Dense_1))

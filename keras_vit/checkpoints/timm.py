@@ -40,7 +40,6 @@ from keras_vit.checkpoints.base import (
     resize_posemb_tensor,
     torch_conv_kernel,
     torch_dense_kernel,
-    torch_heads_out,
     write_atomically,
 )
 from keras_vit.checkpoints.capabilities import check_expressible
@@ -152,7 +151,7 @@ def is_timm(tensors):
 
 
 def _qkv(attention, part):
-    variables = tuple(getattr(attention, f"{name}_{part}") for name in ("query", "key", "value"))
+    variables = tuple(getattr(getattr(attention, name), part) for name in ("query", "key", "value"))
     if part == "kernel":
         width = int(variables[0].shape[0])
         per = int(np.prod(variables[0].shape[1:]))
@@ -196,8 +195,8 @@ def vit_table(model):
         table.update(_norm(f"blocks.{i}.norm1", block.LayerNorm_0))
         table[f"blocks.{i}.attn.qkv.weight"] = _qkv(attention, "kernel")
         table[f"blocks.{i}.attn.qkv.bias"] = _qkv(attention, "bias")
-        table[f"blocks.{i}.attn.proj.weight"] = torch_heads_out(attention.out_kernel)
-        table[f"blocks.{i}.attn.proj.bias"] = Entry(attention.out_bias)
+        table[f"blocks.{i}.attn.proj.weight"] = torch_dense_kernel(attention.out.kernel)
+        table[f"blocks.{i}.attn.proj.bias"] = Entry(attention.out.bias)
         table.update(_norm(f"blocks.{i}.norm2", block.LayerNorm_2))
         table.update(_linear(f"blocks.{i}.mlp.fc1", block.MlpBlock_3.Dense_0))
         table.update(_linear(f"blocks.{i}.mlp.fc2", block.MlpBlock_3.Dense_1))

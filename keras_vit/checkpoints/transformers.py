@@ -29,13 +29,10 @@ from keras_vit.checkpoints.base import (
     Entry,
     assign,
     export,
-    flat,
     prepare_config,
     resize_posemb_tensor,
     torch_conv_kernel,
     torch_dense_kernel,
-    torch_heads_in,
-    torch_heads_out,
     write_atomically,
 )
 from keras_vit.checkpoints.capabilities import check_expressible, check_position
@@ -151,12 +148,12 @@ def layout(model, prefix):
         attention = block.MultiHeadDotProductAttention_1
         layer = f"{prefix}encoder.layer.{i}"
         for name in ("query", "key", "value"):
-            t[f"{layer}.attention.attention.{name}.weight"] = torch_heads_in(
-                getattr(attention, f"{name}_kernel"))
-            t[f"{layer}.attention.attention.{name}.bias"] = flat(
-                getattr(attention, f"{name}_bias"))
-        t[f"{layer}.attention.output.dense.weight"] = torch_heads_out(attention.out_kernel)
-        t[f"{layer}.attention.output.dense.bias"] = Entry(attention.out_bias)
+            projection = getattr(attention, name)
+            t[f"{layer}.attention.attention.{name}.weight"] = torch_dense_kernel(
+                projection.kernel)
+            t[f"{layer}.attention.attention.{name}.bias"] = Entry(projection.bias)
+        t[f"{layer}.attention.output.dense.weight"] = torch_dense_kernel(attention.out.kernel)
+        t[f"{layer}.attention.output.dense.bias"] = Entry(attention.out.bias)
         for ours, theirs in (("LayerNorm_0", "layernorm_before"),
                              ("LayerNorm_2", "layernorm_after")):
             norm = getattr(block, ours)

@@ -1,10 +1,15 @@
 """Multi-head self-attention (paper Appendix A, Eq. 5-8).
 
-Weights use the official ``MultiHeadDotProductAttention`` layout: ``query``/``key``/``value``
-kernels (D, H, hd) with biases (H, hd), and ``out`` kernel (H, hd, D) with bias (D,).
+The four projections are Keras ``Dense`` sublayers of width D: ``query``, ``key``, ``value``
+(kernels (D, H * hd), their columns head by head) and ``out`` (kernel (H * hd, D)). They hold
+the official ``MultiHeadDotProductAttention`` tensors flattened: its (D, H, hd) kernels, (H, hd)
+biases and (H, hd, D) output kernel are these reshaped (the checkpoint tables reshape). Being
+plain Keras layers, they are what ``model.quantize(mode)`` quantizes, and ``enable_lora(rank)``
+gives each the LoRA paper's rank-r update of the whole D x D matrix
+(``keras_vit.training.lora``).
 
 Two code paths give the same numbers:
-- the fast path projects q, k and v with one fused matrix multiply and calls
+- the fast path projects q, k and v straight into (batch, N, H, hd) and calls
   ``keras.ops.dot_product_attention`` with the kernel that ``attention_implementation`` picks
   (see ``flash_attention_argument``);
 - the explicit path (``return_attention_scores=True``, or attention dropout while training)
@@ -20,6 +25,7 @@ casts q and k to float32, so the returned probabilities are float32.
 """
 
 import math
+import weakref
 
 import keras
 from keras import ops
@@ -141,23 +147,63 @@ def flash_attention_argument(implementation, query, bias=None, training=False):
     return None if reason is None else False
 
 
-def _flat_glorot(fan_in, fan_out):
-    """Xavier-uniform drawn on the flattened 2-D (fan_in, fan_out) shape, then reshaped.
+@keras.saving.register_keras_serializable(package="keras_vit")
+class FlatGlorotUniform(keras.initializers.Initializer):
+    """Xavier-uniform with the fans of the official flattened (D, H*hd) kernel, any shape.
 
-    Keras computes fans of a 3-D kernel differently; the official code uses the flattened
-    (D, H*hd) shape, which this reproduces.
+    Keras computes the fans of a 3-D kernel such as (D, H, hd) from its last two axes; the
+    official code draws on the flattened shape, which this reproduces whatever the layout.
+
+    Example:
+    >>> import numpy as np
+    >>> w = keras.ops.convert_to_numpy(FlatGlorotUniform(64, 64)((64, 4, 16)))
+    >>> bool(np.abs(w).max() <= np.sqrt(6 / 128))
+    True
     """
-    limit = math.sqrt(6.0 / (fan_in + fan_out))
 
-    def initializer(shape, dtype=None):
+    def __init__(self, fan_in, fan_out):
+        self.fan_in, self.fan_out = int(fan_in), int(fan_out)
+
+    def __call__(self, shape, dtype=None):
+        limit = math.sqrt(6.0 / (self.fan_in + self.fan_out))
         return keras.random.uniform(shape, minval=-limit, maxval=limit, dtype=dtype)
 
-    return initializer
+    def get_config(self):
+        return {"fan_in": self.fan_in, "fan_out": self.fan_out}
+
+
+PROJECTIONS = ("query", "key", "value", "out")
+
+
+def refuse_legacy_weights(layer, store, legacy_count, kind="attention"):
+    """Raise a clear error when ``store`` (what Keras loads into ``layer``'s own variables)
+    holds the ``legacy_count`` raw projection weights of earlier versions.
+
+    After a failure Keras loads the layer again under another attribute path, where the file has
+    nothing: an empty store of the same load raises the same error, so that it is the one
+    reported rather than a generic one (or none).
+    """
+    found = len(store.keys())
+    seen = getattr(layer, "_legacy_store", None)
+    if found == legacy_count or (found == 0 and seen is not None and seen() is store):
+        try:
+            layer._legacy_store = weakref.ref(store)
+        except TypeError:  # a plain dict: no later visit to recognise
+            pass
+        raise ValueError(
+            f"The file holds {legacy_count} weights for the {kind} layer '{layer.path}': it was "
+            "saved by a keras_vit version whose attention projections were raw weights "
+            "(query_kernel, ...), before they became Dense sublayers. Convert it once with "
+            "keras_vit.models.upgrade.upgrade_keras_file('old.keras', 'new.keras') (for a "
+            ".weights.h5 file: keras_vit.models.upgrade.load_legacy_weights(model, "
+            "'old.weights.h5')) and load the converted file."
+        )
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MultiHeadSelfAttention(keras.layers.Layer):
-    """Multi-head self-attention with the official weight layout.
+    """Multi-head self-attention whose projections ``query``, ``key``, ``value`` and ``out`` are
+    Keras ``Dense`` layers holding the official (D, H, hd) / (H, hd, D) tensors flattened.
 
     Args:
         num_heads: number of heads H; the input width D must be divisible by it.
@@ -204,45 +250,27 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             )
         self.hidden_size = dim
         self.head_dim = dim // self.num_heads
-        qkv_shape = (dim, self.num_heads, self.head_dim)
-        for name in ("query", "key", "value"):
-            kernel = self.add_weight(
-                name=f"{name}_kernel", shape=qkv_shape, initializer=_flat_glorot(dim, dim)
-            )
-            bias = self.add_weight(
-                name=f"{name}_bias", shape=(self.num_heads, self.head_dim), initializer="zeros"
-            )
-            setattr(self, f"{name}_kernel", kernel)
-            setattr(self, f"{name}_bias", bias)
-        self.out_kernel = self.add_weight(
-            name="out_kernel",
-            shape=(self.num_heads, self.head_dim, dim),
-            initializer=_flat_glorot(dim, dim),
-        )
-        self.out_bias = self.add_weight(name="out_bias", shape=(dim,), initializer="zeros")
+        for name in PROJECTIONS:
+            layer = keras.layers.Dense(dim, kernel_initializer=FlatGlorotUniform(dim, dim),
+                                       dtype=self.dtype_policy, name=name)
+            setattr(self, name, layer)
+            layer.build(input_shape)
         if self.relative_logits is not None:
             self.relative_logits.build((None, input_shape[1], self.num_heads, self.head_dim))
 
-    def _project_qkv(self, x):
-        dim = self.hidden_size
-        kernels = (self.query_kernel, self.key_kernel, self.value_kernel)
-        kernel = ops.concatenate([ops.reshape(k, (dim, dim)) for k in kernels], axis=1)
-        bias = ops.concatenate(
-            [ops.reshape(b, (dim,)) for b in (self.query_bias, self.key_bias, self.value_bias)]
-        )
-        qkv = ops.matmul(x, ops.cast(kernel, x.dtype)) + ops.cast(bias, x.dtype)
-        # The batch from the tensor and -1 tokens: the token count may be dynamic (any image size).
-        qkv = ops.reshape(qkv, (ops.shape(x)[0], -1, 3, self.num_heads, self.head_dim))
-        return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    def _heads(self, x):
+        """(batch, N, H * hd) -> (batch, N, H, hd); the token count may be dynamic."""
+        return ops.reshape(x, (ops.shape(x)[0], -1, self.num_heads, self.head_dim))
 
     def _output(self, context):
-        dim = self.hidden_size
-        context = ops.reshape(context, (ops.shape(context)[0], -1, dim))
-        kernel = ops.cast(ops.reshape(self.out_kernel, (dim, dim)), context.dtype)
-        return ops.matmul(context, kernel) + ops.cast(self.out_bias, context.dtype)
+        return self.out(ops.reshape(context, (ops.shape(context)[0], -1, self.hidden_size)))
+
+    def load_own_variables(self, store):
+        refuse_legacy_weights(self, store, 8)  # query_kernel, query_bias, ..., out_bias
+        super().load_own_variables(store)
 
     def call(self, inputs, training=None, return_attention_scores=False, bias=None):
-        q, k, v = self._project_qkv(inputs)
+        q, k, v = (self._heads(layer(inputs)) for layer in (self.query, self.key, self.value))
         scale = 1.0 / math.sqrt(self.head_dim)
         if self.relative_logits is not None:
             relative = self.relative_logits(q * ops.cast(scale, q.dtype))

@@ -16,7 +16,7 @@ import math
 import keras
 from keras import ops
 
-from keras_vit.layers.attention import check_axis
+from keras_vit.layers.attention import check_axis, refuse_legacy_weights
 from keras_vit.layers.encoder import Encoder, EncoderBlock, encoder_config
 from keras_vit.layers.resnet import group_norm, standardized_conv
 
@@ -172,9 +172,10 @@ class PositionSensitiveAxialAttention(keras.layers.Layer):
     the reference; the output is GroupNorm'd (``gn_out``). Logits are not scaled (the norms set
     their range), as in the reference implementations.
 
-    Weights: ``qkv_kernel`` (C, 2C), ``relative_embedding`` (2C / heads, 2L - 1), one table
-    shared by the heads, L the length of the axis (fixed at build: the model needs a fixed
-    image size); rows [0, C/(2h)) hold r^q, then r^k, then r^v.
+    Weights: the projection ``qkv``, a bias-free ``Dense`` of kernel (C, 2C) (what
+    ``model.quantize`` and ``enable_lora`` reach), and ``relative_embedding``
+    (2C / heads, 2L - 1), one table shared by the heads, L the length of the axis (fixed at
+    build: the model needs a fixed image size); rows [0, C/(2h)) hold r^q, then r^k, then r^v.
 
     Example:
     >>> import numpy as np
@@ -206,14 +207,20 @@ class PositionSensitiveAxialAttention(keras.layers.Layer):
             )
         self.length = int(length)
         head = channels // self.num_heads
-        self.qkv_kernel = self.add_weight(
-            name="qkv_kernel", shape=(channels, 2 * channels),
-            initializer=keras.initializers.RandomNormal(stddev=math.sqrt(1.0 / channels)))
+        self.qkv = keras.layers.Dense(
+            2 * channels, use_bias=False, dtype=self.dtype_policy, name="qkv",
+            kernel_initializer=keras.initializers.RandomNormal(stddev=math.sqrt(1.0 / channels)))
+        self.qkv.build(input_shape)
         self.relative_embedding = self.add_weight(
             name="relative_embedding", shape=(2 * head, 2 * self.length - 1),
             initializer=keras.initializers.RandomNormal(stddev=math.sqrt(1.0 / head)))
         self.gn_qkv.build((None, None, None, 2 * channels))
         self.gn_out.build((None, None, None, channels))
+
+    def load_own_variables(self, store):
+        # qkv_kernel, then the relative embeddings
+        refuse_legacy_weights(self, store, 2, kind="position-sensitive attention")
+        super().load_own_variables(store)
 
     def relative_embeddings(self):
         """r^q, r^k, r^v of shape (width, L, L): entry [:, o, p] is the embedding of p - o."""
@@ -225,8 +232,7 @@ class PositionSensitiveAxialAttention(keras.layers.Layer):
 
     def call(self, inputs):
         channels, head = inputs.shape[-1], inputs.shape[-1] // self.num_heads
-        qkv = ops.matmul(inputs, ops.cast(self.qkv_kernel, inputs.dtype))
-        qkv = self._heads_first(fast_group_norm(self.gn_qkv, qkv))
+        qkv = self._heads_first(fast_group_norm(self.gn_qkv, self.qkv(inputs)))
         q, k, v = qkv[..., : head // 2], qkv[..., head // 2 : head], qkv[..., head:]
         y = self._attend(q, k, v, ops.cast(self.relative_embedding, inputs.dtype))
         return fast_group_norm(self.gn_out, self._heads_last(y, ops.shape(inputs), channels))

@@ -7,6 +7,8 @@ so ``from_config(get_config())`` rebuilds the same architecture and ``.keras`` f
 
 import keras
 
+from keras_vit.models import quantization
+
 
 def image_shape(image_size):
     """``(height, width)`` from an int or a pair (each side a positive int)."""
@@ -42,6 +44,9 @@ def float32_output_dtype(dtype):
     """
     policy = keras.dtype_policies.get(dtype) if dtype is not None else keras.config.dtype_policy()
     if policy.quantization_mode is None and policy.compute_dtype != policy.variable_dtype:
+        if isinstance(policy, keras.dtype_policies.DTypePolicyMap):  # a quantized model's
+            return keras.dtype_policies.DTypePolicyMap(
+                policy.variable_dtype, {path: policy[path] for path in policy})
         return policy.variable_dtype
     return dtype
 
@@ -72,16 +77,30 @@ class ConfiguredModel(keras.Model):
         self._arguments = dict(arguments)
         for key, value in self._arguments.items():
             setattr(self, key, value)
+        # Keras wraps quantize in checks of its own, whose errors send an image model towards
+        # a text calibration: keras_vit's checks go first.
+        self.quantize = quantization.checked(self, self.quantize)
 
     def get_config(self):
         config = {
             "name": self.name,
             "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+            "dtype": keras.dtype_policies.serialize(quantization.policy_for_config(self)),
         }
         for key, value in self._arguments.items():
             config[key] = list(value) if isinstance(value, tuple) else value
         return config
+
+    def quantize(self, mode=None, config=None, filters=None, **kwargs):
+        """``keras.Model.quantize`` on the layers Keras can quantize: every projection.
+
+        ``mode`` is ``"int8"``, ``"int4"`` or ``"float8"`` (``keras_vit.models.quantization``
+        says what each does and why ``"gptq"``/``"awq"`` are refused); ``filters`` narrows the
+        layers further. Layers Keras cannot quantize (norms, convolutions, embeddings added to
+        the tokens) are left as they are, without a warning each.
+        """
+        super().quantize(mode, config=config, filters=quantization.layer_filter(filters),
+                         **kwargs)
 
     @classmethod
     def from_config(cls, config):

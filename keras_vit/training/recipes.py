@@ -118,22 +118,28 @@ def classification_loss(label_smoothing=0.0):
     return keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=label_smoothing)
 
 
-def prepare_finetuning(model, num_classes, *, image_size=None, keep_pre_logits=False):
+def prepare_finetuning(model, num_classes, *, image_size=None, keep_pre_logits=False,
+                       lora_rank=None, lora_targets="qv"):
     """The pre-trained model ready for fine-tuning (official ``load_pretrained`` semantics).
 
     The head is replaced by a fresh zero-initialised Dense of ``num_classes``, the
     ``pre_logits`` layer is dropped unless ``keep_pre_logits``, and with ``image_size`` the
     model moves to that resolution (position embeddings interpolated, ``resize_model``).
-    All other weights are carried over.
+    All other weights are carried over. With ``lora_rank`` only the head and rank-``lora_rank``
+    LoRA factors of the attention projections (``lora_targets``: ``"qv"`` or ``"all"``) train
+    (``keras_vit.training.lora``; ``merge_lora`` afterwards gives a plain model).
 
     Example:
-    >>> import keras_vit
+    >>> import keras_vit, numpy as np
     >>> model = keras_vit.VisionTransformer(image_size=28, patch_size=7, hidden_size=16,
     ...     num_layers=1, num_heads=2, mlp_dim=32, num_classes=10, num_channels=1,
     ...     representation_size=8)
     >>> tuned = prepare_finetuning(model, 5, image_size=56)
     >>> tuned.num_classes, tuned.representation_size, tuned.image_size
     (5, None, (56, 56))
+    >>> lora = prepare_finetuning(model, 5, lora_rank=2)  # query and value factors, the head
+    >>> sum(int(np.prod(v.shape)) for v in lora.trainable_weights)  # (16x2 + 2x16) x 2 + 16x5 + 5
+    213
     """
     from keras_vit.models.resize import rebuild, resize_model
 
@@ -146,4 +152,9 @@ def prepare_finetuning(model, num_classes, *, image_size=None, keep_pre_logits=F
         changes.update(head_kernel_initializer="zeros", head_bias_init=0.0)
     if not keep_pre_logits and config.get("representation_size") is not None:
         changes["representation_size"] = None
-    return rebuild(model, skip=skip, **changes)
+    model = rebuild(model, skip=skip, **changes)
+    if lora_rank is not None:
+        from keras_vit.training.lora import enable_lora
+
+        enable_lora(model, lora_rank, lora_targets)
+    return model

@@ -21,8 +21,8 @@ def zero_query_key(model):
     """Zero query/key kernels and biases: every attention map becomes uniform."""
     for i in range(model.num_layers):
         attention = model.get_layer(f"encoderblock_{i}").MultiHeadDotProductAttention_1
-        for name in ("query_kernel", "query_bias", "key_kernel", "key_bias"):
-            variable = getattr(attention, name)
+        for variable in (attention.query.kernel, attention.query.bias, attention.key.kernel,
+                         attention.key.bias):
             variable.assign(np.zeros(variable.shape, "float32"))
     return model
 

@@ -60,9 +60,8 @@ def test_first_layer_weights_are_the_softmax_of_the_first_block(token_vit, vit_i
     y = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-6)
     y = y * to_numpy(norm.gamma) + to_numpy(norm.beta)
     attention = block.MultiHeadDotProductAttention_1
-    q = np.einsum("bnd,dhk->bnhk", y, to_numpy(attention.query_kernel))
-    q = q + to_numpy(attention.query_bias)
-    k = np.einsum("bnd,dhk->bnhk", y, to_numpy(attention.key_kernel)) + to_numpy(attention.key_bias)
+    q, k = ((y @ to_numpy(p.kernel) + to_numpy(p.bias)).reshape(*y.shape[:2], 2, 8)
+            for p in (attention.query, attention.key))
     logits = np.einsum("bqhk,bshk->bhqs", q, k) / math.sqrt(8)
     probs = np.exp(logits - logits.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
@@ -233,9 +232,9 @@ def _attending_to_partners(offsets):
         for patch, partner in enumerate(_partner(offset)):
             query[16 * head + patch, head, partner] = 200.0
             key[16 * head + patch, head, patch] = 1.0
-    attention.query_kernel.assign(query)
-    attention.key_kernel.assign(key)
-    for variable in (attention.query_bias, attention.key_bias):
+    attention.query.kernel.assign(query.reshape(attention.query.kernel.shape))
+    attention.key.kernel.assign(key.reshape(attention.key.kernel.shape))
+    for variable in (attention.query.bias, attention.key.bias):
         variable.assign(np.zeros(variable.shape, "float32"))
     return model
 

@@ -100,7 +100,7 @@ def _reference_position_sensitive(layer, x):
     xt = x if layer.axis == 2 else x.transpose(0, 2, 1, 3)
     batch, other, length, channels = xt.shape
     heads, width = layer.num_heads, channels // layer.num_heads
-    qkv = _group_norm64(layer.gn_qkv, xt @ _np(layer.qkv_kernel)).reshape(
+    qkv = _group_norm64(layer.gn_qkv, xt @ _np(layer.qkv.kernel)).reshape(
         batch, other, length, heads, -1)
     q, k, v = qkv[..., : width // 2], qkv[..., width // 2 : width], qkv[..., width:]
     table = _np(layer.relative_embedding).astype("float64")

@@ -92,17 +92,15 @@ def test_relative_logits_are_toeplitz_for_a_constant_query():
 
 
 def _attention_reference(layer, x, bias):
-    w = {name: _np(getattr(layer, name)) for name in (
-        "query_kernel", "query_bias", "key_kernel", "key_bias", "value_kernel", "value_bias",
-        "out_kernel", "out_bias")}
-    q = np.einsum("bnd,dhk->bnhk", x, w["query_kernel"]) + w["query_bias"]
-    k = np.einsum("bnd,dhk->bnhk", x, w["key_kernel"]) + w["key_bias"]
-    v = np.einsum("bnd,dhk->bnhk", x, w["value_kernel"]) + w["value_bias"]
+    heads = (layer.num_heads, layer.head_dim)
+    q, k, v = ((x @ _np(p.kernel) + _np(p.bias)).reshape(*x.shape[:2], *heads)
+               for p in (layer.query, layer.key, layer.value))
     logits = np.einsum("bqhk,bshk->bhqs", q, k) / math.sqrt(q.shape[-1]) + bias
     probs = np.exp(logits - logits.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
     context = np.einsum("bhqs,bshk->bqhk", probs, v)
-    return np.einsum("bqhk,hkd->bqd", context, w["out_kernel"]) + w["out_bias"], probs
+    context = context.reshape(*x.shape[:2], -1)
+    return context @ _np(layer.out.kernel) + _np(layer.out.bias), probs
 
 
 def test_attention_bias_on_both_paths_matches_numpy():
@@ -142,7 +140,7 @@ def test_relative_attention_adds_its_logits_on_both_paths():
     layer.build(x.shape)
     table = rng.normal(size=(9, 2, 4)).astype("float32")
     layer.relative_logits.embedding.assign(table)
-    q = np.einsum("bnd,dhk->bnhk", x, _np(layer.query_kernel)) + _np(layer.query_bias)
+    q = (x @ _np(layer.query.kernel) + _np(layer.query.bias)).reshape(2, 5, 2, 4)
     bias = _relative_reference(q / 2.0, table)  # queries scaled by 1/sqrt(head_dim = 4)
     expected, expected_probs = _attention_reference(layer, x.astype("float64"), bias)
     out, probs = layer(x, return_attention_scores=True)

@@ -122,9 +122,9 @@ def test_initialisation_follows_the_official_code():
     assert not np.any(_np(model.get_layer("cls").cls))
     assert not np.any(_np(model.get_layer("head").kernel))
     block = model.get_layer("encoderblock_0")
-    query = _np(block.MultiHeadDotProductAttention_1.query_kernel)
+    query = _np(block.MultiHeadDotProductAttention_1.query.kernel)
     limit = math.sqrt(6 / (64 + 64))  # xavier on the flattened (D, H*hd) shape
-    assert query.shape == (64, 4, 16) and np.abs(query).max() <= limit
+    assert query.shape == (64, 64) and np.abs(query).max() <= limit
     assert np.abs(query).max() > 0.9 * limit
     mlp_bias = _np(block.MlpBlock_3.Dense_0.bias)
     assert 0 < np.abs(mlp_bias).max() < 1e-5
