@@ -18,10 +18,11 @@ __version__ = "0.1.0"
 # Public name -> the module that defines it ("" for a subpackage of its own name).
 _ORIGINS = {
     "AxialResNet": "keras_vit.models.axial",
-    "AxialVisionTransformer": "keras_vit.models.axial",
     "PatchEmbedding": "keras_vit.layers.patching",
     "ResNetV2": "keras_vit.models.resnet_v2",
-    "VisionTransformer": "keras_vit.models.vit",
+    "ViTBackbone": "keras_vit.models.vit",
+    "ViTConfig": "keras_vit.models.description",
+    "ViTImageClassifier": "keras_vit.models.vit",
     "create_model": "keras_vit.pretrained",
     "distribution": "",
     "export_model": "keras_vit.checkpoints.export",
@@ -41,10 +42,11 @@ _ORIGINS = {
 
 __all__ = [
     "AxialResNet",
-    "AxialVisionTransformer",
     "PatchEmbedding",
     "ResNetV2",
-    "VisionTransformer",
+    "ViTBackbone",
+    "ViTConfig",
+    "ViTImageClassifier",
     "create_model",
     "distribution",
     "export_model",
@@ -73,11 +75,12 @@ if TYPE_CHECKING:
     from keras_vit.costs.memory import memory
     from keras_vit.layers.patching import PatchEmbedding, patchify
     from keras_vit.layers.position import resize_position_embedding
-    from keras_vit.models.axial import AxialResNet, AxialVisionTransformer
+    from keras_vit.models.axial import AxialResNet
+    from keras_vit.models.description import ViTConfig
     from keras_vit.models.registry import model_names
     from keras_vit.models.resize import resize_model, resize_patch_size
     from keras_vit.models.resnet_v2 import ResNetV2
-    from keras_vit.models.vit import VisionTransformer
+    from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
     from keras_vit.pretrained import create_model
 
 _submodule, _submodule_names = _submodules.attribute_hook(__name__)

@@ -12,8 +12,8 @@ Two code paths give the same numbers:
 - the fast path projects q, k and v straight into (batch, N, H, hd) and calls
   ``keras.ops.dot_product_attention`` with the kernel that ``attention_implementation`` picks
   (see ``flash_attention_argument``);
-- the explicit path (``return_attention_scores=True``, or attention dropout while training)
-  forms the softmax probabilities A = softmax(q k^T / sqrt(hd)) and returns them for inspection.
+- the explicit path (attention dropout while training, and ``probabilities`` for inspection)
+  forms the softmax probabilities A = softmax(q k^T / sqrt(hd)).
 
 Both paths accept an additive ``bias`` on the logits (broadcastable to (batch, H, N, N)), added
 before the softmax: A = softmax(q k^T / sqrt(hd) + bias). With ``relative_position=True`` the
@@ -213,14 +213,15 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         attention_implementation: the kernel of the fast path: ``"auto"``, ``"xla"`` or
             ``"flash"`` (``flash_attention_argument``). The explicit path is always its own.
 
-    Call ``layer(x, return_attention_scores=True)`` to also get the (batch, H, N, N) probabilities,
-    and ``layer(x, bias=b)`` to add logits ``b`` (broadcastable to (batch, H, N, N)), e.g. a large
-    negative number on keys to ignore.
+    ``layer.probabilities(x)`` gives the (batch, H, N, N) probabilities (the call itself returns
+    only the output, on the fastest kernel), and ``layer(x, bias=b)`` adds logits ``b``
+    (broadcastable to (batch, H, N, N)), e.g. a large negative number on keys to ignore.
 
     Example:
     >>> import numpy as np
     >>> layer = MultiHeadSelfAttention(num_heads=4)
-    >>> y, probs = layer(np.ones((2, 5, 32), "float32"), return_attention_scores=True)
+    >>> x = np.ones((2, 5, 32), "float32")
+    >>> y, probs = layer(x), layer.probabilities(x)
     >>> tuple(y.shape), tuple(probs.shape)
     ((2, 5, 32), (2, 4, 5, 5))
     """
@@ -269,42 +270,41 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         refuse_legacy_weights(self, store, 8)  # query_kernel, query_bias, ..., out_bias
         super().load_own_variables(store)
 
-    def call(self, inputs, training=None, return_attention_scores=False, bias=None):
+    def _project(self, inputs, bias):
+        """Queries, keys and values in heads, and the logit bias (relative logits added)."""
         q, k, v = (self._heads(layer(inputs)) for layer in (self.query, self.key, self.value))
-        scale = 1.0 / math.sqrt(self.head_dim)
         if self.relative_logits is not None:
-            relative = self.relative_logits(q * ops.cast(scale, q.dtype))
+            relative = self.relative_logits(q * ops.cast(1.0 / math.sqrt(self.head_dim), q.dtype))
             bias = relative if bias is None else relative + ops.cast(bias, relative.dtype)
-        explicit = return_attention_scores or (training and self.attention_dropout_rate > 0)
-        if not explicit:
-            bias = None if bias is None else ops.cast(bias, q.dtype)
-            flash = flash_attention_argument(self.attention_implementation, q, bias,
-                                             training=bool(training))
-            context = ops.dot_product_attention(q, k, v, bias=bias, flash_attention=flash)
-            return self._output(context)
-        # Logits and softmax in float32, also under mixed precision.
+        return q, k, v, bias
+
+    def _softmax(self, q, k, bias):
+        """softmax(q k^T / sqrt(hd) + bias), in float32 also under mixed precision."""
         q, k = ops.cast(q, "float32"), ops.cast(k, "float32")
-        logits = ops.einsum("bqhd,bkhd->bhqk", q * scale, k)
+        logits = ops.einsum("bqhd,bkhd->bhqk", q * (1.0 / math.sqrt(self.head_dim)), k)
         if bias is not None:
             logits = logits + ops.cast(bias, "float32")
-        probs = ops.softmax(logits, axis=-1)
-        dropped = self.attention_dropout(ops.cast(probs, v.dtype), training=training)
-        context = ops.einsum("bhqk,bkhd->bqhd", dropped, v)
-        outputs = self._output(context)
-        if return_attention_scores:
-            return outputs, probs
-        return outputs
+        return ops.softmax(logits, axis=-1)
+
+    def call(self, inputs, training=None, bias=None):
+        q, k, v, bias = self._project(inputs, bias)
+        if training and self.attention_dropout_rate > 0:  # dropout needs the probabilities
+            probs = self.attention_dropout(ops.cast(self._softmax(q, k, bias), v.dtype),
+                                           training=training)
+            return self._output(ops.einsum("bhqk,bkhd->bqhd", probs, v))
+        bias = None if bias is None else ops.cast(bias, q.dtype)
+        flash = flash_attention_argument(self.attention_implementation, q, bias,
+                                         training=bool(training))
+        return self._output(ops.dot_product_attention(q, k, v, bias=bias, flash_attention=flash))
+
+    def probabilities(self, inputs, bias=None):
+        """The (batch, H, N, N) attention probabilities the layer computes for ``inputs``
+        (float32; what inspection reads, paper Sec. 4.5 and Appendix D.8)."""
+        q, k, _, bias = self._project(inputs, bias)
+        return self._softmax(q, k, bias)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
-
-    def compute_output_spec(self, inputs, training=None, return_attention_scores=False, bias=None):
-        out = keras.KerasTensor(inputs.shape, dtype=inputs.dtype)
-        if not return_attention_scores:
-            return out
-        batch, tokens = inputs.shape[0], inputs.shape[1]
-        probs = keras.KerasTensor((batch, self.num_heads, tokens, tokens), dtype="float32")
-        return out, probs
 
     def get_config(self):
         config = super().get_config()
@@ -349,14 +349,15 @@ class AxialAttention(MultiHeadSelfAttention):
     ``axis=2`` attends within each row (along the width), ``axis=1`` within each column (along
     the height); the other axis is folded into the batch, so every row (column) is one
     sequence for ``MultiHeadSelfAttention``, whose weights, fast path and
-    ``return_attention_scores`` path this layer keeps. The probabilities come back as
+    ``probabilities`` this layer keeps. The probabilities come back as
     (batch, other, heads, length, length): row r (or column c) of the grid, then the usual
     (heads, query, key). ``relative_position=True`` learns 1-D relative logits along the axis.
 
     Example:
     >>> import numpy as np
     >>> layer = AxialAttention(num_heads=2, axis=1)
-    >>> y, probs = layer(np.ones((2, 3, 4, 8), "float32"), return_attention_scores=True)
+    >>> x = np.ones((2, 3, 4, 8), "float32")
+    >>> y, probs = layer(x), layer.probabilities(x)
     >>> tuple(y.shape), tuple(probs.shape)
     ((2, 3, 4, 8), (2, 4, 2, 3, 3))
     """
@@ -375,25 +376,16 @@ class AxialAttention(MultiHeadSelfAttention):
             )
         super().build((None, input_shape[self.axis], input_shape[-1]))
 
-    def call(self, inputs, training=None, return_attention_scores=False, bias=None):
-        shape = ops.shape(inputs)
-        out = super().call(fold_axis(inputs, self.axis), training=training,
-                           return_attention_scores=return_attention_scores, bias=bias)
-        if not return_attention_scores:
-            return unfold_axis(out, self.axis, shape)
-        out, probs = out
-        other = shape[3 - self.axis]
-        length = shape[self.axis]
-        probs = ops.reshape(probs, (shape[0], other, self.num_heads, length, length))
-        return unfold_axis(out, self.axis, shape), probs
+    def call(self, inputs, training=None, bias=None):
+        out = super().call(fold_axis(inputs, self.axis), training=training, bias=bias)
+        return unfold_axis(out, self.axis, ops.shape(inputs))
 
-    def compute_output_spec(self, inputs, training=None, return_attention_scores=False, bias=None):
-        out = keras.KerasTensor(inputs.shape, dtype=inputs.dtype)
-        if not return_attention_scores:
-            return out
-        batch, length, other = inputs.shape[0], inputs.shape[self.axis], inputs.shape[3 - self.axis]
-        shape = (batch, other, self.num_heads, length, length)
-        return out, keras.KerasTensor(shape, dtype="float32")
+    def probabilities(self, inputs, bias=None):
+        """(batch, other, H, length, length): each row's (or column's) probabilities."""
+        shape = ops.shape(inputs)
+        probs = super().probabilities(fold_axis(inputs, self.axis), bias=bias)
+        length, other = shape[self.axis], shape[3 - self.axis]
+        return ops.reshape(probs, (shape[0], other, self.num_heads, length, length))
 
     def get_config(self):
         config = super().get_config()

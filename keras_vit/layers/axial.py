@@ -28,8 +28,8 @@ class AxialEncoderBlock(keras.layers.Layer):
     ``row`` is an ``EncoderBlock`` whose attention runs within each row (``attention_axis=2``),
     ``column`` one within each column (``attention_axis=1``), both of the same ``EncoderConfig``;
     a ``"relative"`` position embedding gives each attention 1-D relative logits along its axis.
-    With ``return_attention_scores=True`` it also returns ``[row_probs, column_probs]``, of
-    shapes (batch, H, heads, W, W) and (batch, W, heads, H, H).
+    ``attention_probabilities(x)`` gives ``[row_probs, column_probs]``, of shapes
+    (batch, H, heads, W, W) and (batch, W, heads, H, H).
 
     Example:
     >>> import numpy as np
@@ -52,20 +52,17 @@ class AxialEncoderBlock(keras.layers.Layer):
         self.row.build(input_shape)
         self.column.build(input_shape)
 
-    def call(self, inputs, training=None, return_attention_scores=False):
-        if not return_attention_scores:
-            return self.column(self.row(inputs, training=training), training=training)
-        x, row = self.row(inputs, training=training, return_attention_scores=True)
-        x, column = self.column(x, training=training, return_attention_scores=True)
-        return x, [row, column]
+    def call(self, inputs, training=None):
+        return self.column(self.row(inputs, training=training), training=training)
 
-    def compute_output_spec(self, inputs, training=None, return_attention_scores=False):
-        out = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
-        if not return_attention_scores:
-            return out
-        probs = [block.MultiHeadDotProductAttention_1.compute_output_spec(inputs, None, True)[1]
-                 for block in (self.row, self.column)]
-        return out, probs
+    def attention_probabilities(self, inputs):
+        """``[row probabilities, column probabilities]`` for the pair's input ``inputs``."""
+        after_row = self.row(inputs)
+        return [*self.row.attention_probabilities(inputs),
+                *self.column.attention_probabilities(after_row)]
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict()}
@@ -127,34 +124,20 @@ class AxialEncoder(Encoder):
             block.build(grid)
         self.encoder_norm.build(grid)
 
-    def call(self, inputs, training=None, return_attention_scores=False):
-        x, grid = self.embed(inputs, training=training)
-        has_cls = self.cls is not None
-        x = _class_row(x, grid, has_cls)
-        probs = []
-        for block, position in zip(self.blocks, self._block_positions):
-            if position is not None:
-                table = _class_row(self._position_table(position, grid), grid, has_cls)
-                x = x + ops.cast(table, x.dtype)
-            if return_attention_scores:
-                x, p = block(x, training=training, return_attention_scores=True)
-                probs.extend(p)
-            else:
-                x = block(x, training=training)
-        x = self.encoder_norm(x)
-        x = ops.reshape(x, (ops.shape(x)[0], -1, ops.shape(x)[-1]))
-        return (x, probs) if return_attention_scores else x
+    def compute_output_shape(self, input_shape):
+        batch, rows, cols, dim = input_shape
+        rows, cols = self._grid_shape(rows, cols)
+        return (batch, None if None in (rows, cols) else rows * cols, dim)
 
-    def compute_output_spec(self, inputs, training=None, return_attention_scores=False):
-        outputs = keras.KerasTensor(self.compute_output_shape(inputs.shape), self.compute_dtype)
-        if not return_attention_scores:
-            return outputs
-        batch, rows, cols, dim = inputs.shape
-        grid = keras.KerasTensor((batch, *self._grid_shape(rows, cols), dim))
-        probs = []
-        for block in self.blocks:
-            probs.extend(block.compute_output_spec(grid, return_attention_scores=True)[1])
-        return outputs, probs
+    def _to_blocks(self, tokens, grid):
+        return _class_row(tokens, grid, self.cls is not None)
+
+    def _from_blocks(self, x):
+        return ops.reshape(x, (ops.shape(x)[0], -1, ops.shape(x)[-1]))
+
+    def _add_block_position(self, layer, x, grid):
+        table = _class_row(self._position_table(layer, grid), grid, self.cls is not None)
+        return x + ops.cast(table, x.dtype)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

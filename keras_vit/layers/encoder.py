@@ -91,6 +91,8 @@ class EncoderConfig:
         attention_implementation: the attention kernel: ``"auto"`` (the fastest exact one for
             the backend and device), ``"xla"`` or ``"flash"``
             (``keras_vit.layers.attention.flash_attention_argument``; docs/runtimes.md).
+        axial: every block is a pair of axial blocks, within each row then each column of the
+            patch grid (Axial-ViT, paper Appendix D.6; ``keras_vit.layers.axial``).
 
     Example:
     >>> config = EncoderConfig(num_layers=2, num_heads=4, mlp_dim=64)
@@ -111,6 +113,7 @@ class EncoderConfig:
     position_embedding: str = "learned_1d"
     position_embedding_placement: str = "stem"
     attention_implementation: str = "auto"
+    axial: bool = False
 
     def __post_init__(self):
         for name in ("num_layers", "num_heads", "mlp_dim", "hidden_size"):
@@ -130,6 +133,7 @@ class EncoderConfig:
         object.__setattr__(self, "layer_norm_epsilon", epsilon)
         object.__setattr__(self, "approximate_gelu", bool(self.approximate_gelu))
         object.__setattr__(self, "remat", bool(self.remat))
+        object.__setattr__(self, "axial", bool(self.axial))
         self._check_combinations()
 
     def _check_combinations(self):
@@ -248,8 +252,8 @@ class MlpBlock(keras.layers.Layer):
 class EncoderBlock(keras.layers.Layer):
     """One pre-LN Transformer block (the official ``Encoder1DBlock``).
 
-    Call with ``return_attention_scores=True`` to also get the (batch, heads, N, N) attention
-    probabilities; the block output is the same either way. ``config`` is the ``EncoderConfig``
+    ``attention_probabilities(x)`` gives the attention probabilities the block computes for its
+    input ``x`` (inspection; the call stays on the fast path). ``config`` is the ``EncoderConfig``
     (heads, MLP width, rates, GELU, epsilon, remat); a ``"relative"`` position embedding gives
     the attention learned 1-D relative position logits (paper Appendix D.4). ``attention_axis``
     (1 or 2) makes the attention run along one axis of a (batch, H, W, D) grid (Axial-ViT).
@@ -299,30 +303,23 @@ class EncoderBlock(keras.layers.Layer):
         ):
             layer.build(input_shape)
 
-    def call(self, inputs, training=None, return_attention_scores=False):
-        if self.config.remat and not return_attention_scores:
-            return keras.remat(lambda x: self._forward(x, training, False))(inputs)
-        return self._forward(inputs, training, return_attention_scores)
+    def call(self, inputs, training=None):
+        if self.config.remat:
+            return keras.remat(lambda x: self._forward(x, training))(inputs)
+        return self._forward(inputs, training)
 
-    def _forward(self, inputs, training, return_attention_scores):
-        x = self.LayerNorm_0(inputs)
-        if return_attention_scores:
-            x, probs = self.MultiHeadDotProductAttention_1(
-                x, training=training, return_attention_scores=True
-            )
-        else:
-            x = self.MultiHeadDotProductAttention_1(x, training=training)
+    def _forward(self, inputs, training):
+        x = self.MultiHeadDotProductAttention_1(self.LayerNorm_0(inputs), training=training)
         x = inputs + self.dropout(x, training=training)
-        y = self.MlpBlock_3(self.LayerNorm_2(x), training=training)
-        outputs = x + y
-        if return_attention_scores:
-            return outputs, probs
-        return outputs
+        return x + self.MlpBlock_3(self.LayerNorm_2(x), training=training)
 
-    def compute_output_spec(self, inputs, training=None, return_attention_scores=False):
-        return self.MultiHeadDotProductAttention_1.compute_output_spec(
-            inputs, return_attention_scores=return_attention_scores
-        )
+    def attention_probabilities(self, inputs):
+        """The block's attention probabilities for its input ``inputs`` (a list of one array:
+        (batch, heads, N, N), or (batch, other, heads, length, length) along an axis)."""
+        return [self.MultiHeadDotProductAttention_1.probabilities(self.LayerNorm_0(inputs))]
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict(),
@@ -487,31 +484,42 @@ class Encoder(keras.layers.Layer):
             x = self._add_position(self._stem_position, x, grid)
         return self.dropout(x, training=training), grid
 
-    def call(self, inputs, training=None, return_attention_scores=False):
+    def call(self, inputs, training=None):
+        return self._encode(inputs, training)
+
+    def intermediates(self, inputs):
+        """What every block saw and made: ``{"tokens": the output, "blocks": each block's output,
+        "attention": each attention's probabilities}`` (inference; paper Sec. 4.5, Fig. 6-7)."""
+        seen = {"blocks": [], "attention": []}
+        tokens = self._encode(inputs, None, seen)
+        return {"tokens": tokens, **seen}
+
+    def _encode(self, inputs, training, seen=None):
         x, grid = self.embed(inputs, training=training)
-        probs = []
+        x = self._to_blocks(x, grid)
         for block, position in zip(self.blocks, self._block_positions):
             if position is not None:
-                x = self._add_position(position, x, grid)
-            if return_attention_scores:
-                x, p = block(x, training=training, return_attention_scores=True)
-                probs.append(p)
-            else:
-                x = block(x, training=training)
-        x = self.encoder_norm(x)
-        return (x, probs) if return_attention_scores else x
+                x = self._add_block_position(position, x, grid)
+            if seen is not None:
+                seen["attention"].extend(block.attention_probabilities(x))
+            x = block(x, training=training)
+            if seen is not None:
+                seen["blocks"].append(x)
+        return self._from_blocks(self.encoder_norm(x))
+
+    def _to_blocks(self, tokens, grid):
+        """The sequence in the form the blocks take (the tokens; a grid for axial blocks)."""
+        return tokens
+
+    def _from_blocks(self, x):
+        return x
+
+    def _add_block_position(self, layer, x, grid):
+        return self._add_position(layer, x, grid)
 
     def compute_output_shape(self, input_shape):
         batch, rows, cols, dim = input_shape
         return (batch, self._num_tokens(rows, cols), dim)
-
-    def compute_output_spec(self, inputs, training=None, return_attention_scores=False):
-        shape = self.compute_output_shape(inputs.shape)
-        outputs = keras.KerasTensor(shape, dtype=self.compute_dtype)
-        if not return_attention_scores:
-            return outputs
-        scores = (shape[0], self.config.num_heads, shape[1], shape[1])
-        return outputs, [keras.KerasTensor(scores, dtype="float32") for _ in self.blocks]
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict(),

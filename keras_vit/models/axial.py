@@ -1,4 +1,6 @@
-"""The axial-attention models of the paper's Appendix D.6 and Fig. 13: Axial-ViT and AxialResNet.
+"""The axial-attention models of the paper's Appendix D.6 and Fig. 13: AxialResNet here, and
+Axial-ViT, a ViT whose encoder is axial (``ViTConfig`` with ``axial=True``,
+``keras_vit.layers.axial.AxialEncoder``).
 
 No official checkpoints of either exist (the paper published none, and neither timm nor
 transformers has these models): they are trained from scratch or fine-tuned from a ``.keras``
@@ -7,38 +9,11 @@ file; asking for an official, timm or transformers file of one is an error.
 
 import keras
 
-from keras_vit.layers.axial import AxialEncoder, AxialUnit
+from keras_vit.layers.axial import AxialUnit
 from keras_vit.layers.resnet import HybridStem, check_units, plain_number, stage_strides
 from keras_vit.models import base
-from keras_vit.models.vit import VisionTransformer
 
-__all__ = ["AxialResNet", "AxialVisionTransformer", "is_axial"]
-
-
-@keras.saving.register_keras_serializable(package="keras_vit")
-class AxialVisionTransformer(VisionTransformer):
-    """Axial-ViT: the ViT with each encoder block replaced by a row and a column block.
-
-    Paper Appendix D.6: every Transformer block becomes two axial blocks, self-attention + MLP
-    within each row of the patch grid, then within each column (``AxialEncoder``). Everything
-    else is the ``VisionTransformer``: the same arguments (``num_layers`` counts the pairs),
-    position embeddings and placements, class token (a class row here, see
-    ``keras_vit.layers.axial``) or GAP, any image size, mixed precision, ``resize_model``,
-    ``prepare_finetuning``, ``feature_extractor``; ``attention_model()`` returns a row and a
-    column probability array per layer.
-
-    Example:
-    >>> import numpy as np
-    >>> encoder = dict(hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32)  # one row+column
-    >>> model = AxialVisionTransformer(28, 7, num_classes=10, num_channels=1, **encoder)
-    >>> model.predict(np.zeros((2, 28, 28, 1), "float32"), verbose=0).shape
-    (2, 10)
-    """
-
-    encoder_class = AxialEncoder
-
-    def __init__(self, *args, name="axial_vit", **kwargs):
-        super().__init__(*args, name=name, **kwargs)
+__all__ = ["AxialResNet", "is_axial"]
 
 
 def axial_resnet_arguments(block_units, width_factor, num_heads, num_classes, image_size,
@@ -117,6 +92,9 @@ class AxialResNet(base.ConfiguredModel):
 
 
 def is_axial(model):
-    """Whether ``model`` is an axial-attention model (no official, timm or transformers form)."""
-    return isinstance(model, (AxialVisionTransformer, AxialResNet))
+    """Whether ``model`` is an axial-attention model (no official, timm or transformers form):
+    an ``AxialResNet``, or a ViT whose encoder is axial (``ViTConfig.encoder.axial``)."""
+    config = getattr(model, "config", None)
+    return isinstance(model, AxialResNet) or bool(
+        config is not None and hasattr(config, "encoder") and config.encoder.axial)
 

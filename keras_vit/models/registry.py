@@ -25,9 +25,11 @@ models import nothing from checkpoints.
 
 import re
 
-from keras_vit.models.axial import AxialResNet, AxialVisionTransformer
+from keras_vit.layers.encoder import EncoderConfig
+from keras_vit.models.axial import AxialResNet
+from keras_vit.models.description import Patches, Stem, ViTConfig
 from keras_vit.models.resnet_v2 import ResNetV2
-from keras_vit.models.vit import VisionTransformer
+from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
 
 # Paper Table 1 (+ Ti and S from the DeiT/AugReg follow-ups that the official code ships).
 VIT_SIZES = {
@@ -53,9 +55,10 @@ HYBRIDS = {
 }
 
 
-def _vit(size, patch):
-    return VisionTransformer, dict(VIT_SIZES[size], patch_size=int(patch),
-                                   dropout_rate=VIT_DROPOUT[size])
+def _vit(size, patch, stem=None, dropout=None, axial=False):
+    encoder = EncoderConfig(**VIT_SIZES[size], axial=axial,
+                            dropout_rate=VIT_DROPOUT[size] if dropout is None else dropout)
+    return ViTImageClassifier, ViTConfig(Patches(int(patch)), encoder, stem=stem)
 
 
 def _hybrid(resnet, size, total):
@@ -65,9 +68,8 @@ def _hybrid(resnet, size, total):
             f"No hybrid {resnet}+ViT-{size}/{total}: the official hybrids are {valid}."
         )
     num_layers, patch = HYBRIDS[resnet, int(total)]
-    dropout = 0.1 if (resnet, size, int(total)) == ("R50", "B", 16) else VIT_DROPOUT[size]
-    return VisionTransformer, dict(VIT_SIZES[size], patch_size=patch, dropout_rate=dropout,
-                                   resnet=dict(num_layers=list(num_layers), width_factor=1))
+    dropout = 0.1 if (resnet, size, int(total)) == ("R50", "B", 16) else None
+    return _vit(size, patch, Stem(num_layers, width_factor=1), dropout)
 
 
 def _bit(depth, width):
@@ -75,7 +77,7 @@ def _bit(depth, width):
 
 
 def _axial_vit(size, patch):
-    return AxialVisionTransformer, _vit(size, patch)[1]
+    return _vit(size, patch, axial=True)
 
 
 def _axial_resnet(depth, width):
@@ -113,12 +115,13 @@ _HINTS = ["ViT-Ti/4 (any ViT size with any patch size)", "BiT-R26x1 (any depth 2
 
 
 def parse(name):
-    """``(family, model class, configuration)`` of a registered name.
+    """``(family, model class, configuration)`` of a registered name: a ``ViTConfig`` for the
+    ViT families (224 px, 1,000 classes), the constructor's arguments for the ResNets.
 
     Example:
     >>> family, cls, config = parse("R26+ViT-S/32")
-    >>> family, cls.__name__, config["resnet"]
-    ('hybrid ResNet+ViT', 'VisionTransformer', {'num_layers': [2, 2, 2, 2], 'width_factor': 1})
+    >>> family, cls.__name__, config.stem
+    ('hybrid ResNet+ViT', 'ViTImageClassifier', Stem(num_layers=(2, 2, 2, 2), width_factor=1))
     """
     for family, pattern in _PATTERNS.items():
         match = pattern.fullmatch(str(name))
@@ -130,34 +133,30 @@ def parse(name):
 
 
 def model_config(name):
-    """The constructor arguments of the model a paper name stands for (``"ViT-B/16"``...)."""
+    """The description of the model a paper name stands for: a ``ViTConfig`` for a ViT, hybrid
+    or Axial-ViT (``"ViT-B/16"``), the constructor's arguments for a ResNet.
+
+    Example:
+    >>> model_config("R26+ViT-S/32").stem.num_layers
+    (2, 2, 2, 2)
+    """
     return parse(name)[2]
 
 
-def hybrid_config(name):
-    """The ``VisionTransformer`` arguments of a hybrid name like ``"R50+ViT-B/16"``.
-
-    Example:
-    >>> hybrid_config("R26+ViT-S/32")["resnet"]
-    {'num_layers': [2, 2, 2, 2], 'width_factor': 1}
-    """
-    family, _, config = parse(name)
-    if family != "hybrid ResNet+ViT":
-        raise ValueError(f"{name!r} is not a hybrid name of the form 'R50+ViT-B/16'.")
-    return config
-
-
-def family_of(model_or_class, config):
-    """The family name (a ``FAMILIES`` key) of a model class and its configuration."""
+def family_of(model_or_class, config=None):
+    """The family name (a ``FAMILIES`` key) of a model, or of a model class and its
+    configuration."""
     def kind(cls):
         return model_or_class is cls or isinstance(model_or_class, cls) or (
             isinstance(model_or_class, type) and issubclass(model_or_class, cls))
 
-    for cls, family in ((AxialResNet, "AxialResNet"), (AxialVisionTransformer, "Axial-ViT"),
-                        (ResNetV2, "BiT ResNetV2")):
+    for cls, family in ((AxialResNet, "AxialResNet"), (ResNetV2, "BiT ResNetV2")):
         if kind(cls):
             return family
-    return "ViT" if config.get("resnet") is None else "hybrid ResNet+ViT"
+    config = getattr(model_or_class, "config", config)
+    if config.encoder.axial:
+        return "Axial-ViT"
+    return "ViT" if config.stem is None else "hybrid ResNet+ViT"
 
 
 def model_names():
@@ -167,13 +166,16 @@ def model_names():
 
 def build_model(name, *, image_size=224, num_classes=1000, **overrides):
     """The model a paper name stands for, randomly initialised: ``keras_vit.create_model``
-    with ``weights=None`` (``keras_vit.pretrained``, which documents the arguments).
+    with ``weights=None`` (``keras_vit.pretrained``, which documents the arguments). A ViT
+    with ``num_classes=None`` is its ``ViTBackbone``.
 
     Example:
     >>> build_model("ViT-Ti/4", image_size=28, num_classes=10, num_channels=1).count_params()
     5353738
     """
     _, model_class, config = parse(name)
+    if isinstance(config, ViTConfig):
+        config = config.replace(image_size=image_size, num_classes=num_classes, **overrides)
+        return ViTBackbone(config) if config.head is None else ViTImageClassifier(config=config)
     config.update(overrides)
     return model_class(image_size=image_size, num_classes=num_classes, **config)
-
