@@ -47,6 +47,7 @@ class DescribedModel(keras.Model):
         if dtype is not None:  # a functional Model ignores the dtype argument
             self.dtype_policy = dtype
         self.config = config
+        quantization.settle_policies(self)
         # Keras wraps quantize in checks of its own, whose errors send an image model towards
         # a text calibration: keras_vit's checks go first.
         self.quantize = quantization.checked(self, self.quantize)
