@@ -32,7 +32,8 @@ results = {"keras_first": first == "keras"}
 io = np.load(new.replace(".keras", "_io.npz"))
 model = keras.saving.load_model(new)
 results["class"] = type(model).__module__ + "." + type(model).__name__
-results["error"] = float(np.abs(keras.ops.convert_to_numpy(model(io["images"])) - io["outputs"]).max())
+logits = keras.ops.convert_to_numpy(model(io["images"]))
+results["error"] = float(np.abs(logits - io["outputs"]).max())
 trained = keras.saving.load_model(compiled)
 results["optimizer"] = type(trained.optimizer).__name__
 results["schedule"] = trained.optimizer.get_config()["learning_rate"]["class_name"]
