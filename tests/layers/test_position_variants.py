@@ -121,6 +121,7 @@ def test_attention_bias_can_mask_keys_and_broadcasts():
     bias = np.zeros((1, 1, 1, 4), "float32")
     bias[..., 2:] = -1e9
     layer = MultiHeadSelfAttention(num_heads=2)
+    layer.build(x.shape)
     probs = _np(layer.probabilities(x, bias=bias))
     np.testing.assert_allclose(probs[..., 2:], 0.0, atol=1e-7)
     np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-6)
