@@ -33,8 +33,8 @@ TOKEN_COUNTS = {
 def _vit(image_size, classifier, position_embedding, **kwargs):
     keras.utils.set_random_seed(0)
     return keras_vit.ViTImageClassifier(
-        image_size=image_size, patch_size=4, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64, num_classes=10,
-        classifier=classifier, position_embedding=position_embedding,
+        image_size=image_size, patch_size=4, hidden_size=32, num_layers=2, num_heads=4,
+        mlp_dim=64, num_classes=10, classifier=classifier, position_embedding=position_embedding,
         head_kernel_initializer="glorot_uniform", **kwargs)
 
 
