@@ -175,7 +175,10 @@ def build_model(name, *, image_size=224, num_classes=1000, **overrides):
     """
     _, model_class, config = parse(name)
     if isinstance(config, ViTConfig):
+        dtype = overrides.pop("dtype", None)  # the model's policy, not a ViTConfig setting
         config = config.replace(image_size=image_size, num_classes=num_classes, **overrides)
-        return ViTBackbone(config) if config.head is None else ViTImageClassifier(config=config)
+        if config.head is None:
+            return ViTBackbone(config, dtype=dtype)
+        return ViTImageClassifier(config=config, dtype=dtype)
     config.update(overrides)
     return model_class(image_size=image_size, num_classes=num_classes, **config)

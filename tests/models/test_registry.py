@@ -31,3 +31,13 @@ def test_models_import_nothing_from_checkpoints():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
                 assert not (node.module or "").startswith("keras_vit.checkpoints"), path
+
+
+@pytest.mark.parametrize("num_classes", [3, None])
+def test_build_model_gives_a_vit_its_dtype_policy(num_classes):
+    model = registry.build_model("ViT-Ti/4", image_size=8, num_classes=num_classes,
+                                 num_layers=1, dtype="mixed_bfloat16")
+    assert model.dtype_policy.name == "mixed_bfloat16"
+    assert model.get_layer("encoderblock_0").compute_dtype == "bfloat16"
+    assert type(model) is (keras_vit.ViTBackbone if num_classes is None
+                           else keras_vit.ViTImageClassifier)
