@@ -40,7 +40,9 @@ def create_model(name, *, image_size=224, num_classes=1000, weights=None, **over
             "weights=None and train or fine-tune it, or load a .keras file with "
             "keras.saving.load_model."
         )
-    model = load_checkpoint(weights, image_size=image_size, num_classes=num_classes, **overrides)
+    # load_checkpoint's num_classes=None keeps the file's head; 0 leaves it out (a ViTBackbone)
+    model = load_checkpoint(weights, image_size=image_size,
+                            num_classes=0 if num_classes is None else num_classes, **overrides)
     found = registry.family_of(model, model.get_config())
     if found != family:
         raise ValueError(

@@ -136,6 +136,18 @@ def test_the_backbone_gives_tokens_and_pooled():
     assert isinstance(same, keras_vit.ViTBackbone)
 
 
+def test_create_model_without_a_head_gives_the_backbone_with_weights_too(tmp_path):
+    path = str(tmp_path / "vit.npz")
+    small = dict(image_size=8, num_layers=1)
+    keras_vit.save_checkpoint(keras_vit.create_model("ViT-Ti/4", num_classes=3, **small), path)
+    backbone = keras_vit.create_model("ViT-Ti/4", num_classes=None, weights=path, **small)
+    assert isinstance(backbone, keras_vit.ViTBackbone)
+    classifier = keras_vit.create_model("ViT-Ti/4", num_classes=3, weights=path, **small)
+    images = np.random.default_rng(0).uniform(-1, 1, (2, 8, 8, 3)).astype("float32")
+    np.testing.assert_array_equal(_np(backbone(images)["pooled"]),
+                                  _np(classifier.backbone(images)["pooled"]))
+
+
 def test_a_new_task_is_the_same_backbone_with_a_zero_head():
     model = tiny(head_kernel_initializer="glorot_uniform", head_bias_init=-10.0)
     task = keras_vit.ViTImageClassifier(model.backbone, num_classes=3)
