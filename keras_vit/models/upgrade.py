@@ -106,9 +106,12 @@ def nested_paths(old, new):
     model without one (a ``ViTBackbone``, a ResNet), keeps its paths.
     """
     backbones = {p.split("/")[1] for p in new if p.count("/") > 2 and p.split("/")[2] == "layers"}
-    if len(backbones) != 1 or any(p.startswith(f"layers/{min(backbones)}/") for p in old):
+    if len(backbones) != 1:
         return old
-    backbone, tops = min(backbones), {p.split("/")[1] for p in new}
+    (backbone,) = backbones
+    if any(p.startswith(f"layers/{backbone}/") for p in old):
+        return old
+    tops = {p.split("/")[1] for p in new}
     return {(f"layers/{backbone}/{p}" if p.startswith("layers/") and p.split("/")[1] not in tops
              else p): value for p, value in old.items()}
 

@@ -21,6 +21,8 @@ OLD_FILES = [(os.path.join(FOLDER, layout, f"{name}.keras"),
              for layout in ("flat_config", "raw_attention") for name in NAMES]
 AXIAL_RESNET = (os.path.join(FOLDER, "raw_attention", "axial_resnet.keras"),
                 os.path.join(FOLDER, "raw_attention", "axial_resnet_io.npz"))
+INT8 = (os.path.join(FOLDER, "flat_config", "vit_int8.keras"),
+        os.path.join(FOLDER, "flat_config", "vit_int8_io.npz"))
 
 
 def _logits(model, io_path):
@@ -41,7 +43,7 @@ def test_saved_file_loads_with_the_same_outputs(name):
     np.testing.assert_allclose(outputs, expected, atol=1e-5)
 
 
-@pytest.mark.parametrize("old, io", OLD_FILES, ids=_id)
+@pytest.mark.parametrize("old, io", [*OLD_FILES, INT8], ids=_id)
 def test_a_vit_file_of_an_earlier_layout_names_the_conversion(old, io):
     with pytest.raises(ValueError, match=r"earlier layout.*keras_vit.models.upgrade."
                                          r"upgrade_keras_file\('old.keras'"):
@@ -60,10 +62,20 @@ def test_a_file_of_an_earlier_layout_converts_with_the_same_outputs(old, io, tmp
     np.testing.assert_allclose(*_logits(converted, io), atol=1e-5)
     loaded = keras.saving.load_model(target)
     np.testing.assert_allclose(*_logits(loaded, io), atol=1e-5)
-    if "axial_resnet" not in old:  # the ViT files: today's classifier, of the same settings
+    if "axial_resnet" not in old and "int8" not in old:  # today's classifier, same settings
         today = keras.saving.load_model(os.path.join(FOLDER, os.path.basename(old)))
         assert type(loaded) is keras_vit.ViTImageClassifier
         assert loaded.config == today.config and loaded.name == today.name
+
+
+def test_a_quantized_file_of_the_flat_layout_converts_exactly_and_stays_quantized(tmp_path):
+    converted = upgrade.upgrade_keras_file(INT8[0], str(tmp_path / "int8.keras"))
+    np.testing.assert_allclose(*_logits(converted, INT8[1]), atol=1e-5)
+    loaded = keras.saving.load_model(str(tmp_path / "int8.keras"))
+    modes = {layer.name: layer.quantization_mode for layer in loaded._flatten_layers()
+             if layer.name in ("query", "Dense_0", "pre_logits", "head")}
+    assert modes == dict.fromkeys(("query", "Dense_0", "pre_logits", "head"), "int8")
+    np.testing.assert_allclose(*_logits(loaded, INT8[1]), atol=1e-5)
 
 
 def test_the_flat_config_maps_onto_a_vit_config():
