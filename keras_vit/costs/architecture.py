@@ -25,9 +25,9 @@ from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
 # unless told otherwise (the defaults of ``keras_vit.create_model``).
 NAME_IMAGE_SIZE = 224
 NAME_NUM_CLASSES = 1000
-# Keywords the ViT constructors take besides the description, which do not change what is
-# counted: the model's name and its dtype policy (memory takes its dtype argument instead).
-MODEL_KEYWORDS = ("name", "dtype")
+# Keywords a model takes besides its description, which do not change what is counted: the
+# model's name, its dtype policy (memory takes its dtype argument instead), Keras' trainable.
+MODEL_KEYWORDS = ("name", "dtype", "trainable")
 # An AxialUnit's attention projects its C channels to 2C with a 1x1 convolution: queries and
 # keys C/2 each, values C (Axial-DeepLab; keras_vit.layers.axial).
 AXIAL_PROJECTION_WIDTH = 2
@@ -139,11 +139,10 @@ def _resnet_of_name(name, model_class, arguments, overrides, what):
     named = [key for key, parameter in signature.parameters.items()
              if parameter.kind is parameter.KEYWORD_ONLY or (
                  parameter.kind is parameter.POSITIONAL_OR_KEYWORD)]
-    unknown = sorted(set(overrides) - set(named) - {"trainable"})  # keras.Model's own
+    unknown = sorted(set(overrides) - set(named))
     if unknown:
         raise TypeError(f"{model_class.__name__} takes no argument {', '.join(unknown)}; "
                         f"{what}({name!r}, ...) takes the arguments of create_model.")
-    overrides.pop("trainable", None)
     bound = signature.bind(**{**arguments, **overrides})
     bound.apply_defaults()
     fields = [field.name for field in dataclasses.fields(ResNetDescription)]
@@ -155,15 +154,14 @@ def describe_name(name, image_size=None, overrides=None, what="flops"):
     """The description of a registered name as ``create_model(name, image_size=...,
     **overrides)`` would build it (224 px and 1,000 classes unless told): a ``ViTConfig`` or a
     ``ResNetDescription``. Nothing is built."""
-    overrides = dict(overrides or {})
+    overrides = {key: value for key, value in (overrides or {}).items()
+                 if key not in MODEL_KEYWORDS}
     size = NAME_IMAGE_SIZE if image_size is None else image_size
     num_classes = overrides.pop("num_classes", NAME_NUM_CLASSES)
     _, model_class, config = parse(name)
     if not isinstance(config, ViTConfig):
         return _resnet_of_name(name, model_class, config,
                                dict(overrides, image_size=size, num_classes=num_classes), what)
-    for key in MODEL_KEYWORDS:
-        overrides.pop(key, None)
     try:
         return config.replace(image_size=size, num_classes=num_classes, **overrides)
     except TypeError as error:

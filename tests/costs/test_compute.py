@@ -150,7 +150,7 @@ def test_a_name_takes_what_create_model_takes():
     """The model's name, its dtype policy and Keras' trainable flag change no count; the stem
     of a hybrid and the head are described by name too."""
     vit = flops("ViT-B/16")
-    assert flops("ViT-B/16", name="mine", dtype="mixed_bfloat16") == vit
+    assert flops("ViT-B/16", name="mine", dtype="mixed_bfloat16", trainable=False) == vit
     assert flops("BiT-R50x1", trainable=False, dtype="bfloat16") == flops("BiT-R50x1")
     assert flops("ViT-B/16", stem=dict(num_layers=(3, 4, 9)), patch_size=1) == flops(
         "R50+ViT-B/16")
