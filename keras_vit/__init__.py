@@ -7,11 +7,13 @@ Example:
 Importing the package defines names and nothing more: the public names below load their modules
 (and Keras) on first use (PEP 562), as do the subpackages and modules
 (``keras_vit.models.registry.model_config``), so ``import keras_vit`` is fast and has no side
-effects, and every module is reached by attribute whatever was imported before. The
-``keras-vit`` command, which chooses a backend, is the application ``keras_vit.app``.
+effects but one: Keras is told, now or when it is imported, where keras_vit's classes live, so
+that ``keras.saving.load_model`` reads a keras_vit file whatever was imported before
+(``keras_vit._registration``). Every module is reached by attribute whatever was imported
+before. The ``keras-vit`` command, which chooses a backend, is the application ``keras_vit.app``.
 """
 
-from keras_vit import _submodules
+from keras_vit import _registration, _submodules
 
 __version__ = "0.1.0"
 
@@ -84,6 +86,7 @@ if TYPE_CHECKING:
     from keras_vit.pretrained import create_model
 
 _submodule, _submodule_names = _submodules.attribute_hook(__name__)
+_registration.watch()
 
 
 def __getattr__(name):

@@ -12,7 +12,8 @@ hidden units along a ``"model"`` mesh axis (the Megatron-LM layout), so each dev
 
     mesh = keras.distribution.DeviceMesh((2, 4), ("batch", "model"))
     keras.distribution.set_distribution(keras.distribution.ModelParallel(
-        layout_map=keras_vit.distribution.layout_map("ViT-B/16", mesh), batch_dim_name="batch"))
+        layout_map=keras_vit.distribution.layout_map(
+            keras_vit.models.registry.model_config("ViT-B/16"), mesh), batch_dim_name="batch"))
     model = keras_vit.create_model("ViT-B/16")
 
 In both cases a training batch must divide evenly over the replicas: ``check_batch_size``.
@@ -283,23 +284,27 @@ def _example_loss(model):
 
 
 def _vit_sizes(model_or_config):
+    """``(num_heads, mlp_dim)`` of a ViT, read from its description without importing the
+    models (this module serves the data pipelines, a floor below them)."""
     if isinstance(model_or_config, str):
-        from keras_vit.models.registry import model_config
-
-        model_or_config = model_config(model_or_config)
-    if isinstance(model_or_config, dict):
-        config = model_or_config
-    elif hasattr(model_or_config, "num_heads") and hasattr(model_or_config, "mlp_dim"):
-        config = {"num_heads": model_or_config.num_heads, "mlp_dim": model_or_config.mlp_dim}
-    else:
         raise TypeError(
-            "layout_map expects a VisionTransformer, its config dict, or a name like 'ViT-B/16'; "
-            f"got {type(model_or_config).__name__}."
-        )
-    missing = {"num_heads", "mlp_dim"} - set(config)
-    if missing:
-        raise ValueError(f"The ViT config lacks {sorted(missing)}.")
-    return int(config["num_heads"]), int(config["mlp_dim"])
+            f"layout_map takes the description of a ViT, not its name {model_or_config!r}: "
+            f"pass keras_vit.models.registry.model_config({model_or_config!r}).")
+    found = model_or_config
+    if isinstance(found, dict):  # a get_config(), a ViTConfig.to_dict() or the encoder's dict
+        found = found.get("config", found)
+        found = found.get("encoder", found)
+        sizes = {key: found.get(key) for key in ("num_heads", "mlp_dim")}
+    else:  # a model, its ViTConfig, or the EncoderConfig
+        found = getattr(found, "config", found)
+        found = getattr(found, "encoder", found)
+        sizes = {key: getattr(found, key, None) for key in ("num_heads", "mlp_dim")}
+    if None in sizes.values():
+        raise TypeError(
+            "layout_map expects a ViTBackbone or ViTImageClassifier, its ViTConfig (e.g. "
+            "keras_vit.models.registry.model_config('ViT-B/16')), an EncoderConfig, or a dict "
+            f"of num_heads and mlp_dim; got {type(model_or_config).__name__}.")
+    return int(sizes["num_heads"]), int(sizes["mlp_dim"])
 
 
 def layout_map(model_or_config, mesh, model_axis=MODEL_AXIS):
@@ -311,15 +316,17 @@ def layout_map(model_or_config, mesh, model_axis=MODEL_AXIS):
     hybrid's ResNet) is replicated. Use it with ``keras.distribution.ModelParallel``.
 
     Args:
-        model_or_config: a ``VisionTransformer``, its config (``get_config()`` or the keyword
-            arguments) or a paper name such as ``"ViT-B/16"``; only num_heads and mlp_dim matter.
+        model_or_config: a ``ViTBackbone`` or ``ViTImageClassifier``, its ``ViTConfig`` (of a
+            paper name: ``keras_vit.models.registry.model_config("ViT-B/16")``), its
+            ``EncoderConfig``, or any of them as a dict; only num_heads and mlp_dim matter.
         mesh: a ``keras.distribution.DeviceMesh`` with an axis named ``model_axis``.
         model_axis: the mesh axis that splits the weights.
 
     Example:
     >>> import keras
+    >>> from keras_vit.models.registry import model_config
     >>> mesh = keras.distribution.DeviceMesh((1, 1), ("batch", "model"), ["cpu:0"])
-    >>> layouts = layout_map("ViT-B/16", mesh)
+    >>> layouts = layout_map(model_config("ViT-B/16"), mesh)
     >>> layouts["encoderblock_0/MlpBlock_3/Dense_0/kernel"].axes
     (None, 'model')
     """

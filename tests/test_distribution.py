@@ -43,11 +43,11 @@ import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
-from keras_vit import VisionTransformer
+from keras_vit import ViTImageClassifier
 from keras_vit.distribution import check_batch_size
 
 keras.utils.set_random_seed(0)
-reference = VisionTransformer(**CONFIG)
+reference = ViTImageClassifier(**CONFIG)
 init = reference.get_weights()
 single = run(reference, init, keras)
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -59,30 +59,30 @@ with strategy.scope():
         odd_error = ""
     except ValueError as error:
         odd_error = str(error)
-    mirrored = run(VisionTransformer(**CONFIG), init, keras)
+    mirrored = run(ViTImageClassifier(**CONFIG), init, keras)
 print(json.dumps({"replicas": replicas, "per_replica": per_replica, "odd_error": odd_error,
                   "mirrored": diffs(single, mirrored), "loss_moved": single[0][0] - single[0][1]}))
 """
 
 _JAX = _COMMON + """
 import jax, keras
-from keras_vit import VisionTransformer
+from keras_vit import ViTImageClassifier
 from keras_vit.distribution import check_batch_size, layout_map
 
 devices = keras.distribution.list_devices()
 keras.utils.set_random_seed(0)
-reference = VisionTransformer(**CONFIG)
+reference = ViTImageClassifier(**CONFIG)
 init = reference.get_weights()
 single = run(reference, init, keras)
 
 keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
-data_parallel = run(VisionTransformer(**CONFIG), init, keras)
+data_parallel = run(ViTImageClassifier(**CONFIG), init, keras)
 dp_replicas = check_batch_size(8)
 
 mesh = keras.distribution.DeviceMesh((2, 2), ("batch", "model"), devices)
 keras.distribution.set_distribution(keras.distribution.ModelParallel(
     layout_map=layout_map(CONFIG, mesh), batch_dim_name="batch"))
-model = VisionTransformer(**CONFIG)
+model = ViTImageClassifier(**CONFIG)
 block = model.get_layer("encoderblock_0")
 specs = {
     "query_kernel": list(block.MultiHeadDotProductAttention_1.query.kernel.value.sharding.spec),
@@ -149,7 +149,7 @@ def test_jax_data_and_model_parallel_match_one_device():
 
 _EIGHT = """
 import json, keras, numpy as np
-from keras_vit import VisionTransformer, data, distribution
+from keras_vit import ViTImageClassifier, data, distribution
 from keras_vit.app import cli
 
 CONFIG = dict(image_size=8, patch_size=4, num_channels=1, num_classes=10, hidden_size=16,
@@ -163,10 +163,10 @@ def measure(model):
             distribution.predict(model, x, 64).argmax(-1).tolist(), len(x))
 
 keras.utils.set_random_seed(0)
-one_model = VisionTransformer(**CONFIG)
+one_model = ViTImageClassifier(**CONFIG)
 one = measure(one_model)
 replicas = distribution.data_parallel()
-eight_model = VisionTransformer(**CONFIG)
+eight_model = ViTImageClassifier(**CONFIG)
 eight_model.set_weights(one_model.get_weights())
 eight = measure(eight_model)
 try:
@@ -207,7 +207,7 @@ def test_eight_devices_evaluate_like_one_and_the_cli_shards(tmp_path):
 # sizes: the results are those of one device (the same model, weights and inputs).
 _ANY_COUNT = """
 import json, keras, numpy as np
-from keras_vit import VisionTransformer, data, distribution, evaluation
+from keras_vit import ViTImageClassifier, data, distribution, evaluation
 from keras_vit.inspection import attention_weights
 from keras_vit.training import classification_loss
 
@@ -215,7 +215,7 @@ CONFIG = dict(image_size=8, patch_size=4, num_channels=1, num_classes=10, hidden
               num_layers=1, num_heads=2, mlp_dim=32, head_kernel_initializer="glorot_uniform")
 
 def build(weights=None):
-    model = VisionTransformer(**CONFIG)
+    model = ViTImageClassifier(**CONFIG)
     if weights is not None:
         model.set_weights(weights)
     model.compile(loss=classification_loss(), weighted_metrics=["accuracy"])
@@ -341,7 +341,7 @@ def test_data_parallel_is_a_no_op_on_one_device():
 
 
 def test_layout_map_matches_every_sharded_vit_weight():
-    model = keras_vit.VisionTransformer(
+    model = keras_vit.ViTImageClassifier(
         image_size=8, patch_size=4, hidden_size=8, num_layers=2, num_heads=2, mlp_dim=16,
         num_classes=3,
     )
@@ -367,19 +367,22 @@ def test_layout_map_matches_every_sharded_vit_weight():
     }
     assert sharded == expected
     assert sum(layouts[v.path] is not None for v in model.weights) == 2 * len(expected)
-    # A config dict and a paper name work too.
-    assert len(distribution.layout_map(model.get_config(), mesh)) == 6
-    assert len(distribution.layout_map("ViT-B/16", mesh)) == 6
+    # The backbone, the descriptions and their dicts work too, a paper name's through registry.
+    for described in (model.backbone, model.config, model.config.encoder, model.get_config(),
+                      model.config.to_dict(), {"num_heads": 2, "mlp_dim": 16},
+                      keras_vit.models.registry.model_config("ViT-B/16")):
+        assert len(distribution.layout_map(described, mesh)) == 6
 
 
 def test_layout_map_errors():
+    vit_b = keras_vit.models.registry.model_config("ViT-B/16")
     devices = ["cpu:0"]
     mesh = keras.distribution.DeviceMesh((1,), ("batch",), devices)
     with pytest.raises(ValueError, match="no 'model' axis"):
-        distribution.layout_map("ViT-B/16", mesh)
+        distribution.layout_map(vit_b, mesh)
     fake = types.SimpleNamespace(shape=(1, 5), axis_names=("batch", "model"))
     with pytest.raises(TypeError, match="DeviceMesh"):
-        distribution.layout_map("ViT-B/16", fake)
+        distribution.layout_map(vit_b, fake)
     mesh = keras.distribution.DeviceMesh((1, 1), ("batch", "model"), devices)
     class FiveWayMesh(keras.distribution.DeviceMesh):  # without needing 5 devices
         shape, axis_names = (1, 5), ["batch", "model"]
@@ -389,9 +392,13 @@ def test_layout_map_errors():
 
     mesh_5 = FiveWayMesh()
     with pytest.raises(ValueError, match=r"num_heads \(12\) is not divisible.*\(5\)"):
-        distribution.layout_map("ViT-B/16", mesh_5)
-    with pytest.raises(TypeError, match="VisionTransformer"):
+        distribution.layout_map(vit_b, mesh_5)
+    with pytest.raises(TypeError, match="ViTBackbone or ViTImageClassifier, its ViTConfig"):
         distribution.layout_map(42, mesh)
+    with pytest.raises(TypeError, match=r"not its name 'ViT-B/16'.*model_config\('ViT-B/16'\)"):
+        distribution.layout_map("ViT-B/16", mesh)
+    with pytest.raises(TypeError, match="ViTBackbone or ViTImageClassifier"):
+        distribution.layout_map(keras_vit.ResNetV2([1], 0.5, image_size=8), mesh)
 
 
 def test_check_batch_size():

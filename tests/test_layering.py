@@ -52,3 +52,11 @@ def test_the_library_never_imports_the_application():
              if path.parts[len(PACKAGE.parts)] != "app" and "app" in set(_imported_rooms(path))
              and path.name != "__main__.py"]
     assert not wrong, wrong
+
+
+def test_the_modules_that_serve_several_floors_import_no_room():
+    # downloads and distribution serve data (floor 1) and the floors above: a room of theirs
+    # would reach data into it (docs/architecture.md)
+    wrong = {name: sorted(set(_imported_rooms(PACKAGE / f"{name}.py")))
+             for name in ("downloads", "distribution")}
+    assert wrong == {"downloads": [], "distribution": []}

@@ -23,7 +23,7 @@ TINY = dict(image_size=8, patch_size=4, hidden_size=8, num_layers=1, num_heads=2
 
 
 def _vit(**kwargs):
-    return keras_vit.VisionTransformer(**dict(TINY, **kwargs))
+    return keras_vit.ViTImageClassifier(**dict(TINY, **kwargs))
 
 
 @pytest.fixture
@@ -83,7 +83,7 @@ def test_safetensors_checkpoints(format, refused, hide, tmp_path):
 
 
 def test_axial_models_are_refused_without_safetensors(hide):
-    model = keras_vit.AxialVisionTransformer(**TINY)
+    model = keras_vit.ViTImageClassifier(**TINY, axial=True)
     hide("safetensors", "keras_hub")
     for format in ("official", "timm", "transformers"):
         with pytest.raises(ValueError, match="no official, timm or transformers checkpoints"):

@@ -10,12 +10,13 @@ this module only turns those into flags. The backend is chosen before this modul
 (``keras_vit.app.main``).
 
 Models: ``--model`` takes any ``keras_vit.create_model`` name (``keras_vit.model_names()``: the
-ViT, hybrid, BiT and axial models) and ``--set key=value`` overrides any constructor argument
-(JSON values):
+ViT, hybrid, BiT and axial models) and ``--set key=value`` overrides any setting (JSON values): a
+``ViTConfig`` name for a ViT (``keras_vit.ViTConfig.from_keywords``), a constructor argument for
+a ResNet:
 
     keras-vit train --model ViT-Ti/4 --set hidden_size=96 --set num_layers=6 --epochs 10
     keras-vit train --model BiT-R26x1 --dataset fashion_mnist --image-size 32
-    keras-vit train --model ViT-Ti/2 --set 'resnet={"num_layers": [2, 2], "width_factor": 1}'
+    keras-vit train --model ViT-Ti/2 --set 'stem={"num_layers": [2, 2], "width_factor": 1}'
 """
 
 import argparse

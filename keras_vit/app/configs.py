@@ -134,8 +134,10 @@ class ModelOptions(Config):
         None, f"create_model name; default: a small ViT ({DEFAULT_MODEL} with "
         f"{', '.join(f'{k}={v}' for k, v in DEFAULT_OVERRIDES.items())}, the dataset's channels)",
         group="model")
-    set: list[str] = option([], "override a model constructor argument (repeatable, JSON "
-                            "values)", group="model", action="append", metavar="KEY=VALUE")
+    set: list[str] = option([], "override a model setting: a ViTConfig name for a ViT "
+                            "(hidden_size, stem...), a constructor argument for a ResNet "
+                            "(repeatable, JSON values)", group="model", action="append",
+                            metavar="KEY=VALUE")
     dropout: float | None = option(None, "dropout_rate", group="model")
     head_bias_init: float | None = option(None, "constant head bias (paper: -10)", group="model")
 

@@ -18,6 +18,10 @@ def evaluate(config):
     config = configs.EvaluateConfig.coerce(config)
     run = runs.begin(config)
     model = convert.load_model(config.checkpoint)
+    if isinstance(model.output_shape, dict):
+        raise UsageError(
+            f"The model has no head (a backbone, whose outputs are {', '.join(model.output_shape)}"
+            "); fine-tune it first (keras-vit finetune) or use `keras-vit fewshot`.")
     if model.output_shape[-1] != run.info.num_classes:
         raise UsageError(
             f"The model has {model.output_shape[-1]} outputs but {run.info.name} has "

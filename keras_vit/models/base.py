@@ -77,6 +77,7 @@ class ConfiguredModel(keras.Model):
         self._arguments = dict(arguments)
         for key, value in self._arguments.items():
             setattr(self, key, value)
+        quantization.settle_policies(self)
         # Keras wraps quantize in checks of its own, whose errors send an image model towards
         # a text calibration: keras_vit's checks go first.
         self.quantize = quantization.checked(self, self.quantize)

@@ -21,7 +21,7 @@ import dataclasses
 import keras
 
 from keras_vit.layers.encoder import EncoderConfig
-from keras_vit.layers.resnet import check_units, hybrid_stride, plain_number
+from keras_vit.layers.resnet import check_units, hybrid_stride, plain_number, root_width
 
 __all__ = ["EncoderConfig", "Head", "Patches", "Stem", "ViTConfig"]
 
@@ -92,6 +92,7 @@ class Stem(_Section):
     def __post_init__(self):
         units = tuple(check_units(self.num_layers, "stem num_layers", allow_empty=True))
         object.__setattr__(self, "num_layers", units)
+        root_width(self.width_factor)  # a number whose root GroupNorm splits, or a clear error
         object.__setattr__(self, "width_factor", plain_number(self.width_factor))
 
     @property

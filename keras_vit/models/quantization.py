@@ -64,8 +64,7 @@ def check_float(model):
     if any(getattr(layer, "lora_enabled", False) for layer in layers):
         raise ValueError(
             "The model carries LoRA factors; merge them into the kernels before quantizing: "
-            "model = keras_vit.training.lora.merge_lora(model); model.quantize(mode). (LoRA "
-            "on an already quantized model works: quantize first, then enable_lora.)")
+            "model = keras_vit.training.lora.merge_lora(model); model.quantize(mode).")
 
 
 def checked(model, keras_quantize):
@@ -123,3 +122,18 @@ def policy_for_config(model):
     if not quantized:
         return default
     return keras.dtype_policies.DTypePolicyMap(default_policy=default.name, policy_map=quantized)
+
+
+def settle_policies(model):
+    """Give every layer of ``model``, built under a ``DTypePolicyMap`` (a quantized model from
+    its config: a loaded file, ``merge_lora``, ``resize_model``), its own policy from the map.
+
+    Keras resolves a layer's map by the layer's path for its quantization mode and dtypes, but
+    ``Dense.save_own_variables`` reads ``layer.dtype_policy.quantization_mode``, which on the map
+    is its default policy's (none): the int8 kernel would be saved without its scale, and a
+    loaded quantized model could not be saved again.
+    """
+    for layer in model._flatten_layers(include_self=False):
+        policy = layer._dtype_policy
+        if isinstance(policy, keras.dtype_policies.DTypePolicyMap) and layer.path:
+            layer._dtype_policy = policy[layer.path]

@@ -1,10 +1,11 @@
-"""Change a trained model's resolution or head, carrying its weights over (paper Sec. 3.2).
+"""Change a trained model's resolution or patch size, carrying its weights over (paper Sec. 3.2).
 
 Fine-tuning at a higher resolution keeps the patch size, so the token grid grows; the learned
 position embeddings are then resized with the official 2-D interpolation
 (``keras_vit.resize_position_embedding``). Every other weight is independent of the resolution
-and is copied as it is. The model is rebuilt from its ``get_config`` and weights are copied layer
-by layer (by name), so this works for any model built from a config, plain ViT or hybrid.
+and is copied as it is. A ViT (``ViTBackbone`` or ``ViTImageClassifier``) is built again from
+``model.config.replace(...)``, a ResNet from its constructor arguments, and the weights are
+copied layer by layer, by the official layer names.
 """
 
 import numpy as np
@@ -17,21 +18,42 @@ from keras_vit.layers.position import (
     resize_position_embedding,
 )
 from keras_vit.models.base import image_shape
+from keras_vit.models.vit import DescribedModel
 
 
-def rebuild(model, skip=(), **config_changes):
-    """A new model from ``model``'s config with ``config_changes``, weights copied over.
+def _described(model):
+    """Whether ``model`` is a ViT described by a ``ViTConfig`` (a backbone or a classifier)."""
+    return isinstance(model, DescribedModel)
 
-    Layers are matched by name. Position embeddings whose token count changed are resized with
-    ``resize_position_embedding``; layers named in ``skip`` (e.g. a replaced head) keep their fresh
-    initialisation; any other layer whose weight shapes changed is an error.
-    """
+
+def _new_config(model, dtype, changes):
+    """``model``'s ``get_config`` with ``changes`` and ``dtype``: a ViT's changes go to its
+    ``ViTConfig`` (``ViTConfig.replace`` names), a ResNet's to its constructor arguments."""
     config = model.get_config()
-    unknown = sorted(set(config_changes) - set(config))
+    if dtype is not None:
+        config["dtype"] = dtype
+    if _described(model):
+        config["config"] = model.config.replace(**changes).to_dict()
+        return config
+    unknown = sorted(set(changes) - set(config))
     if unknown:
-        raise ValueError(f"{type(model).__name__} has no config entries {unknown}.")
-    config.update(config_changes)
-    new = type(model).from_config(config)
+        raise ValueError(f"{type(model).__name__} has no setting {', '.join(unknown)}; its "
+                         f"settings are {', '.join(sorted(config))}.")
+    config.update(changes)
+    return config
+
+
+def rebuild(model, skip=(), dtype=None, **changes):
+    """A new model like ``model`` with ``changes``, weights copied over.
+
+    ``changes`` are ``ViTConfig.replace`` names for a ViT (``image_size``, ``patch_size``,
+    ``num_classes``...) and constructor arguments for a ResNet; ``dtype`` sets another dtype
+    policy (``"mixed_bfloat16"``). Layers are matched by name. Position embeddings whose token
+    count changed are resized with ``resize_position_embedding``; layers named in ``skip`` (e.g.
+    a replaced head) keep their fresh initialisation; any other layer whose weight shapes
+    changed is an error.
+    """
+    new = type(model).from_config(_new_config(model, dtype, changes))
     for layer in weight_layers(new):
         if layer.name in skip or not layer.weights:
             continue
@@ -39,39 +61,48 @@ def rebuild(model, skip=(), **config_changes):
             old = model.get_layer(layer.name)
         except ValueError:
             continue
-        weights = old.get_weights()
-        if isinstance(layer, AddPositionEmbedding):
-            weights = [_resized_posemb(model, new, weights[0])]
-        elif isinstance(layer, AddPositionEmbedding2D):
-            weights = _resized_posemb_2d(layer.grid_size, weights)
-        shapes = [tuple(w.shape) for w in layer.weights]
-        if shapes != [tuple(w.shape) for w in weights]:
-            if "position" in type(layer).__name__.lower():
-                raise ValueError(
-                    f"Layer {layer.name!r} ({type(layer).__name__}) depends on the number of "
-                    "tokens and has no resize; only learned 1-D (official) and 2-D absolute "
-                    "position embeddings can be carried to another resolution."
-                )
-            raise ValueError(
-                f"Layer {layer.name!r} has weight shapes {shapes} after the change but "
-                f"{[tuple(w.shape) for w in weights]} before; it cannot be carried over."
-            )
-        layer.set_weights(weights)
+        layer.set_weights(_carried(model, new, old, layer))
     return new
 
 
+def _carried(model, new, old, layer):
+    """``old``'s weights in the shapes of ``layer``, its counterpart in ``new``."""
+    weights = old.get_weights()
+    if isinstance(layer, AddPositionEmbedding):
+        weights = [_resized_posemb(model, new, weights[0])]
+    elif isinstance(layer, AddPositionEmbedding2D):
+        weights = _resized_posemb_2d(layer.grid_size, weights)
+    shapes = [tuple(w.shape) for w in layer.weights]
+    if shapes != [tuple(w.shape) for w in weights]:
+        if "position" in type(layer).__name__.lower():
+            raise ValueError(
+                f"Layer {layer.name!r} ({type(layer).__name__}) depends on the number of "
+                "tokens and has no resize; only learned 1-D (official) and 2-D absolute "
+                "position embeddings can be carried to another resolution."
+            )
+        raise ValueError(
+            f"Layer {layer.name!r} has weight shapes {shapes} after the change but "
+            f"{[tuple(w.shape) for w in weights]} before; it cannot be carried over."
+        )
+    return weights
+
+
 def weight_layers(model):
-    """The layers holding weights, by official name: the encoder's own instead of the encoder."""
-    for layer in model.layers:
+    """The layers holding weights, by official name: a classifier's backbone's and its own
+    (``pre_logits``, ``head``), the encoder's own layers instead of the encoder."""
+    backbone = getattr(model, "backbone", model)
+    for layer in backbone.layers:
         if isinstance(layer, Encoder):
             yield from layer._flatten_layers(include_self=False, recursive=False)
         else:
             yield layer
+    if backbone is not model:
+        yield from (layer for layer in model.layers if layer is not backbone)
 
 
 def position_grid(model):
     """The (rows, cols) grid a ViT's position tables are learned at."""
-    return tuple(model.position_embedding_grid or model.grid_size)
+    return tuple(model.config.learned_grid)
 
 
 def _resized_posemb(old_model, new_model, posemb):
@@ -99,63 +130,70 @@ def resize_model(model, image_size):
 
     The position embeddings are interpolated as the official fine-tuning code does (bilinear,
     aligned corners, class-token row kept), per axis, so any grid goes to any other grid, square
-    or not (the model knows its grid); works for plain and hybrid ViTs. A learned 2-D
+    or not (the model knows its grid); works for plain and hybrid ViTs, backbones and
+    classifiers, and for ResNets (whose weights do not depend on the resolution). A learned 2-D
     embedding (Appendix D.4) has its X and Y tables resampled the same way, which is the same
     bilinear resize of the table they form; relative position embeddings have no resize and are
     refused. Fine-tuning after the resize is what the paper does (Sec. 3.2).
 
     Args:
-        model: a keras_vit model (``VisionTransformer``, plain or hybrid).
+        model: a keras_vit model (``ViTImageClassifier``, ``ViTBackbone``, ``ResNetV2``).
         image_size: the new side (int) or (height, width); each a multiple of
-            ``model.stride`` (the patch size, times the ResNet stride for a hybrid). ``None``
-            gives the model for any size at call time: the same weights, its position tables
-            interpolated inside the call to each input's grid (``VisionTransformer``'s
-            ``image_size=None``), equal to this function's result at every size.
+            ``model.config.stride`` (the patch size, times the ResNet stride for a hybrid).
+            ``None`` gives the model for any size at call time: the same weights, its position
+            tables interpolated inside the call to each input's grid (``image_size=None`` of
+            ``ViTConfig``), equal to this function's result at every size.
 
     Example:
     >>> import keras_vit
-    >>> model = keras_vit.VisionTransformer(image_size=28, patch_size=7, hidden_size=16,
+    >>> model = keras_vit.ViTImageClassifier(image_size=28, patch_size=7, hidden_size=16,
     ...     num_layers=1, num_heads=2, mlp_dim=32, num_classes=10, num_channels=1)
     >>> bigger = resize_model(model, 56)
-    >>> bigger.image_size, bigger.grid_size
+    >>> bigger.config.image_size, bigger.config.grid
     ((56, 56), (8, 8))
-    >>> resize_model(model, (42, 70)).grid_size
+    >>> resize_model(model.backbone, (42, 70)).config.grid
     (6, 10)
     """
     if image_size is None:
         return _any_size(model)
     height, width = image_shape(image_size)
-    stride = int(getattr(model, "stride", 1))
-    unit = "patch size times the ResNet stride" if getattr(model, "resnet", None) else "patch size"
+    if not _described(model):  # a ResNet: convolutions take any size
+        return rebuild(model, image_size=[height, width])
+    config = model.config
     for side in (height, width):
-        if side % stride:
-            lower = max(stride, side // stride * stride)
+        if side % config.stride:
+            lower = max(config.stride, side // config.stride * config.stride)
+            unit = ("patch size times the ResNet stride" if config.stem is not None
+                    else "patch size")
             raise ValueError(
-                f"The resolution {side} is not a multiple of the model's stride {stride} (its "
-                f"{unit}). Use a multiple of {stride}, e.g. {lower} or {lower + stride}."
+                f"The resolution {side} is not a multiple of the model's stride "
+                f"{config.stride} (its {unit}). Use a multiple of {config.stride}, e.g. "
+                f"{lower} or {lower + config.stride}."
             )
-    old = tuple(getattr(model, "image_size", None) or (height, width))
-    if getattr(model, "position_embedding", None) == "relative" and (height, width) != old:
+    old = config.image_size or (height, width)
+    if config.encoder.position_embedding == "relative" and (height, width) != old:
         raise ValueError(
             "This model uses relative position embeddings, whose tables are sized by the number "
             "of tokens and have no official resize; resize_model supports learned 1-D and 2-D "
             "absolute position embeddings (or none)."
         )
-    changes = {"image_size": [height, width]}
-    if model.get_config().get("image_size", 0) is None:
+    changes = {"image_size": (height, width)}
+    if config.image_size is None:
         changes["position_embedding_grid"] = None  # tables resized to the new grid, as above
     return rebuild(model, **changes)
 
 
 def _any_size(model):
-    if getattr(model, "position_embedding", None) == "relative":
+    if not _described(model):
+        return rebuild(model, image_size=None)
+    if model.config.encoder.position_embedding == "relative":
         raise ValueError(
             "Relative position embeddings are sized by the number of tokens and need a fixed "
             "image size; only models with learned 1-D/2-D embeddings (or none) take any size."
         )
-    if getattr(model, "image_size", None) is None:
+    if model.config.image_size is None:
         return rebuild(model)
-    return rebuild(model, image_size=None, position_embedding_grid=list(position_grid(model)))
+    return rebuild(model, image_size=None, position_embedding_grid=position_grid(model))
 
 
 def _bilinear_matrix(new, old):
@@ -190,23 +228,26 @@ def resize_patch_size(model, patch_size):
     are interpolated to the new grid as ``resize_model`` does (a model of any size keeps its
     table and interpolates it in the call). The image size stays; it must be a multiple of the
     new patch size (times the ResNet stride of a hybrid, whose feature-map patches are resized).
+    Works on a ``ViTImageClassifier`` and a ``ViTBackbone``.
 
     Example:
     >>> import keras_vit
-    >>> model = keras_vit.VisionTransformer(image_size=32, patch_size=8, hidden_size=16,
+    >>> model = keras_vit.ViTImageClassifier(image_size=32, patch_size=8, hidden_size=16,
     ...     num_layers=1, num_heads=2, mlp_dim=32, num_classes=10)
     >>> finer = resize_patch_size(model, 4)
-    >>> finer.patch_size, finer.grid_size
+    >>> finer.config.patches.patch_size, finer.config.grid
     (4, (8, 8))
     """
     patch_size = int(patch_size)
     if patch_size < 1:
         raise ValueError(f"patch_size must be a positive integer, got {patch_size}.")
-    if not hasattr(model, "patch_size") or not hasattr(model, "encoder"):
-        raise TypeError(f"resize_patch_size takes a VisionTransformer, got {type(model).__name__}.")
-    if model.image_size is not None:
-        stem = model.stride // model.patch_size
-        for side in model.image_size:
+    if not _described(model):
+        raise TypeError("resize_patch_size takes a ViTImageClassifier or a ViTBackbone, got "
+                        f"{type(model).__name__}.")
+    config = model.config
+    if config.image_size is not None:
+        stem = config.stride // config.patches.patch_size
+        for side in config.image_size:
             if patch_size * stem > side:
                 raise ValueError(
                     f"The patch size {patch_size} is larger than the image ({side} pixels"

@@ -1,12 +1,23 @@
-"""Read ``.keras`` and ``.weights.h5`` files whose attention projections are raw weights.
+"""Read ``.keras`` and ``.weights.h5`` files of keras_vit's two earlier layouts.
 
-Earlier keras_vit versions kept the attention's projections as raw weights of the attention
-layer: ``query_kernel`` (D, H, hd), ``query_bias`` (H, hd), the same for ``key`` and ``value``,
-``out_kernel`` (H, hd, D) and ``out_bias`` (D,) in ``MultiHeadSelfAttention`` (and so in
-``AxialAttention``), and ``qkv_kernel`` (C, 2C) before ``relative_embedding`` in Axial-DeepLab's
-``PositionSensitiveAxialAttention``. Today they are ``Dense`` sublayers (``query``, ``key``,
-``value``, ``out``; ``qkv``), which ``model.quantize`` and LoRA reach. Loading an old file the
-usual way raises an error that names this module; converting it once keeps every number:
+- The flat layout: a ViT was one ``VisionTransformer`` (or ``AxialVisionTransformer``) whose
+  config was one flat dict (``num_layers``, ``hidden_size``, ..., ``resnet``, ``num_classes``,
+  ``head_kernel_initializer``, ``head_bias_init``) and whose weights all sat at the top of the
+  file (``layers/encoder/...``). Today a ViT is a ``ViTBackbone`` with a ``ViTImageClassifier``
+  head on it, described by one ``ViTConfig``: the backbone's weights sit under
+  ``layers/vi_t_backbone/`` and the head's (``pre_logits``, ``head``) stay at the top. The
+  flat config maps onto the ``ViTConfig`` (``resnet`` is the ``stem``, the axial class is
+  ``axial=True``, ``num_classes=None`` a ``ViTBackbone``).
+- The raw-weight layout (older still, flat too): the attention's projections were raw weights
+  of the attention layer: ``query_kernel`` (D, H, hd), ``query_bias`` (H, hd), the same for
+  ``key`` and ``value``, ``out_kernel`` (H, hd, D) and ``out_bias`` (D,) in
+  ``MultiHeadSelfAttention`` (and so in ``AxialAttention``), and ``qkv_kernel`` (C, 2C) before
+  ``relative_embedding`` in Axial-DeepLab's ``PositionSensitiveAxialAttention`` (AxialResNet
+  files too). Today they are ``Dense`` sublayers (``query``, ``key``, ``value``, ``out``;
+  ``qkv``), which ``model.quantize`` and LoRA reach.
+
+Loading a file of either layout the usual way raises an error that names this module;
+converting it once keeps every number:
 
     keras_vit.models.upgrade.upgrade_keras_file("old.keras", "new.keras")  # once, then load
     model = keras_vit.models.upgrade.load_legacy_model("old.keras")   # without writing a file
@@ -21,8 +32,14 @@ import os
 import tempfile
 import zipfile
 
+import keras
 import numpy as np
 
+from keras_vit.models.description import ViTConfig
+from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
+
+FLAT_CLASSES = ("VisionTransformer", "AxialVisionTransformer")  # the flat layout's ViT classes
+_MODEL_SETTINGS = ("name", "trainable", "dtype")  # a flat config's entries that are no ViTConfig's
 _ATTENTION = {"query": 0, "key": 2, "value": 4, "out": 6}  # first of (kernel, bias) in the old
 
 
@@ -68,8 +85,9 @@ def legacy_weights(old, new):
         if source is None or source not in old or np.size(old[source]) != np.prod(shape):
             raise ValueError(
                 f"The file has no weight for {path} {tuple(shape)}: it was not saved by this "
-                "model's architecture in keras_vit's earlier layout (raw query_kernel ... "
-                "weights). Load it with keras.saving.load_model if it was saved today.")
+                "model's architecture in one of keras_vit's earlier layouts (module "
+                "keras_vit.models.upgrade). Load it with keras.saving.load_model if it was saved "
+                "today.")
         values[path] = np.reshape(old[source], shape)
         used.add(source)
     unused = sorted(p for p in old if p not in used and not p.startswith("optimizer/"))
@@ -78,15 +96,65 @@ def legacy_weights(old, new):
     return values
 
 
+def nested_paths(old, new):
+    """The old file's ``{path: array}`` with the paths of the new layout's nesting.
+
+    A classifier of the flat layout held its backbone's layers at the top of the file
+    (``layers/encoder/...``); today they sit under the backbone (``layers/vi_t_backbone/layers/
+    encoder/...``) while the head's stay at the top (``layers/dense...``). Paths of ``new`` (the
+    new layout, ``{path: shape}``) tell where the backbone is; a file that has it already, or a
+    model without one (a ``ViTBackbone``, a ResNet), keeps its paths.
+    """
+    backbones = {p.split("/")[1] for p in new if p.count("/") > 2 and p.split("/")[2] == "layers"}
+    if len(backbones) != 1 or any(p.startswith(f"layers/{min(backbones)}/") for p in old):
+        return old
+    backbone, tops = min(backbones), {p.split("/")[1] for p in new}
+    return {(f"layers/{backbone}/{p}" if p.startswith("layers/") and p.split("/")[1] not in tops
+             else p): value for p, value in old.items()}
+
+
 def load_legacy_weights(model, path):
-    """Load an old-layout ``.weights.h5`` file (``model.save_weights`` of earlier versions) into
-    ``model``, built by today's code with the same arguments."""
+    """Load a ``.weights.h5`` file of an earlier layout (``model.save_weights`` of earlier
+    versions) into ``model``, built by today's code with the same settings (for a flat
+    ``VisionTransformer``: the ``ViTImageClassifier`` of ``flat_config``)."""
     import h5py
 
     with h5py.File(path, "r") as f:
         old = _datasets(f)
     _assign(model, old)
     return model
+
+
+def check_earlier_layout(model, path):
+    """Raise a ``ValueError`` naming ``load_legacy_weights`` when the ``.weights.h5`` file
+    ``path`` holds ``model``'s weights in an earlier layout; return quietly otherwise (Keras'
+    own error then stands)."""
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            old = _datasets(f)
+        new = _layout(model)
+        if {p for p in old if not p.startswith("optimizer/")} == set(new):
+            return  # today's layout
+        legacy_weights(nested_paths(old, new), new)
+    except (OSError, ValueError):
+        return
+    raise ValueError(
+        f"The file {path} holds this model's weights in an earlier layout of keras_vit (module "
+        "keras_vit.models.upgrade); load them with keras_vit.models.upgrade.load_legacy_weights("
+        "model, 'old.weights.h5'), then save_weights again.")
+
+
+def _layout(model):
+    """``{path: shape}`` of the weights ``model.save_weights`` writes."""
+    import h5py
+
+    with tempfile.TemporaryDirectory() as folder:
+        template = os.path.join(folder, "template.weights.h5")
+        model.save_weights(template)
+        with h5py.File(template, "r") as f:
+            return {p: v.shape for p, v in _datasets(f).items()}
 
 
 def _assign(model, old):
@@ -97,17 +165,46 @@ def _assign(model, old):
         model.save_weights(template)
         with h5py.File(template, "r+") as f:
             new = {p: v.shape for p, v in _datasets(f).items()}
-            for p, value in legacy_weights(old, new).items():
+            for p, value in legacy_weights(nested_paths(old, new), new).items():
                 f[p][...] = value
         model.load_weights(template)
 
 
-def load_legacy_model(path):
-    """The model of an old-layout ``.keras`` file, in today's layout (not compiled)."""
-    import h5py
-    import keras
+def flat_config(class_name, config):
+    """The ``ViTConfig`` of a flat-layout ``VisionTransformer`` or ``AxialVisionTransformer``
+    config (its ``get_config``; ``name``, ``trainable`` and ``dtype`` are the model's own)."""
+    if class_name not in FLAT_CLASSES:
+        raise ValueError(f"{class_name!r} is not a class of the flat layout ({FLAT_CLASSES}).")
+    flat = {k: v for k, v in config.items() if k not in _MODEL_SETTINGS}
+    flat["stem"] = flat.pop("resnet", None)
+    if class_name == "AxialVisionTransformer":
+        flat["axial"] = True
+    if flat.get("num_classes") is None and flat.get("representation_size") is not None:
+        raise ValueError(
+            "The file holds a feature extractor ending in a pre_logits layer (num_classes=None, "
+            f"representation_size={flat['representation_size']}), which today's models have no "
+            "form for: a ViTBackbone's output is the pooled token before any pre_logits. Load "
+            "the file with an earlier keras_vit and save its backbone's weights.")
+    return ViTConfig.from_keywords(**flat)
 
-    from keras_vit.models import axial, resnet_v2, vit  # noqa: F401  (the classes files name)
+
+def _model_of(config):
+    """A model of today's code for a file's ``config.json`` (a flat ViT mapped onto a
+    ``ViTConfig``; any other class as the file names it)."""
+    if config["class_name"] not in FLAT_CLASSES:
+        return keras.saving.deserialize_keras_object(config)
+    settings = config["config"]
+    vit_config = flat_config(config["class_name"], settings)
+    own = {k: settings[k] for k in _MODEL_SETTINGS if k in settings}
+    model_class = ViTBackbone if vit_config.head is None else ViTImageClassifier
+    return model_class.from_config({**own, "config": vit_config.to_dict()})
+
+
+def load_legacy_model(path):
+    """The model of a ``.keras`` file of an earlier layout, in today's layout (not compiled)."""
+    import h5py
+
+    from keras_vit.models import axial, resnet_v2  # noqa: F401  (the classes files name)
 
     with zipfile.ZipFile(path) as archive:
         config = json.loads(archive.read("config.json"))
@@ -116,14 +213,14 @@ def load_legacy_model(path):
             with h5py.File(weights, "r") as f:
                 old = _datasets(f)
     config.pop("compile_config", None)
-    model = keras.saving.deserialize_keras_object(config)
+    model = _model_of(config)
     _assign(model, old)
     return model
 
 
 def upgrade_keras_file(source, target):
-    """Write the old-layout ``.keras`` file ``source`` again in today's layout as ``target``;
-    returns the model. Its outputs are the old file's (only the layout of the weights changes).
+    """Write the ``.keras`` file ``source`` of an earlier layout again in today's layout as
+    ``target``; returns the model. Its outputs are the old file's (only the layout changes).
     """
     if os.path.abspath(source) == os.path.abspath(target):
         raise ValueError("Write the converted file under a new name: the source is read while "
@@ -131,3 +228,31 @@ def upgrade_keras_file(source, target):
     model = load_legacy_model(source)
     model.save(target)
     return model
+
+
+class _FlatLayout:
+    """Stands, under its registered name, for a ViT class of the flat layout: loading a file
+    that names it raises an error naming the conversion, instead of Keras' "Could not locate
+    class"."""
+
+    class_name = None
+
+    @classmethod
+    def from_config(cls, config):
+        raise ValueError(
+            f"The file holds a keras_vit {cls.class_name} of an earlier layout (one flat config, "
+            "before ViTBackbone and ViTImageClassifier split it). Convert it once with "
+            "keras_vit.models.upgrade.upgrade_keras_file('old.keras', 'new.keras') and load the "
+            "new file (keras_vit.models.upgrade.load_legacy_model('old.keras') converts without "
+            "writing one).")
+
+
+def _register_refusals():
+    """``keras_vit>VisionTransformer`` and ``keras_vit>AxialVisionTransformer`` name the
+    conversion (replacing keras_vit's stand-ins that import this module on first use)."""
+    for name in FLAT_CLASSES:
+        keras.saving.get_custom_objects()[f"keras_vit>{name}"] = type(
+            name, (_FlatLayout,), {"class_name": name, "__module__": __name__})
+
+
+_register_refusals()

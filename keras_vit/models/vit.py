@@ -47,6 +47,7 @@ class DescribedModel(keras.Model):
         if dtype is not None:  # a functional Model ignores the dtype argument
             self.dtype_policy = dtype
         self.config = config
+        quantization.settle_policies(self)
         # Keras wraps quantize in checks of its own, whose errors send an image model towards
         # a text calibration: keras_vit's checks go first.
         self.quantize = quantization.checked(self, self.quantize)
@@ -65,6 +66,18 @@ class DescribedModel(keras.Model):
         model = cls(config=ViTConfig.from_dict(config.pop("config")), **config)
         model.trainable = trainable
         return model
+
+    def load_weights(self, filepath, *args, **kwargs):
+        """``keras.Model.load_weights``; a file of an earlier keras_vit layout is refused with
+        the name of its converter (``keras_vit.models.upgrade``)."""
+        try:
+            return super().load_weights(filepath, *args, **kwargs)
+        except ValueError:
+            if str(filepath).endswith(".weights.h5"):
+                from keras_vit.models.upgrade import check_earlier_layout
+
+                check_earlier_layout(self, filepath)
+            raise
 
     def quantize(self, mode=None, config=None, filters=None, **kwargs):
         """``keras.Model.quantize`` on the layers Keras can quantize: every projection.

@@ -12,8 +12,8 @@ kernels: the result is a plain model that every checkpoint format takes.
 
 Example:
 >>> import keras_vit
->>> model = keras_vit.VisionTransformer(image_size=8, patch_size=4, hidden_size=16,
-...                                     num_layers=2, num_heads=2, mlp_dim=32, num_classes=3)
+>>> model = keras_vit.ViTImageClassifier(image_size=8, patch_size=4, hidden_size=16,
+...                                      num_layers=2, num_heads=2, mlp_dim=32, num_classes=3)
 >>> model = enable_lora(model, rank=4)
 >>> trainable_parameters(model)  # 2 blocks x (query, value) x (16x4 + 4x16), head 16x3 + 3
 563
@@ -66,8 +66,7 @@ def enable_lora(model, rank, targets="qv", alpha=None, trained_in_full=TRAINED_I
     """Add LoRA factors of ``rank`` to the attention projections and freeze all other weights.
 
     Args:
-        model: a keras_vit model (float or quantized: Keras adapts int8, int4 and float8
-            kernels too).
+        model: a keras_vit model with float weights (quantize after ``merge_lora``).
         rank: the rank r of the factors.
         targets: ``"qv"`` (query and value) or ``"all"`` (every attention projection).
         alpha: the factors' scale is alpha / rank (Keras' default alpha: the rank).
@@ -78,6 +77,7 @@ def enable_lora(model, rank, targets="qv", alpha=None, trained_in_full=TRAINED_I
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 1:
         raise ValueError(f"The LoRA rank must be a positive integer, got {rank!r}.")
     layers = lora_layers(model, targets)
+    _check_float(model)
     adapted = [layer.path for layer in layers if layer.lora_enabled]
     if adapted:
         raise ValueError(f"LoRA is already enabled on {adapted[0]}; merge it first "
@@ -92,6 +92,20 @@ def enable_lora(model, rank, targets="qv", alpha=None, trained_in_full=TRAINED_I
         if id(variable) not in kept:  # a kept layer's own flags stand (an int8 kernel: frozen)
             variable.trainable = id(variable) in factors
     return model
+
+
+def _check_float(model):
+    """Refuse a quantized model, naming the order that works: LoRA, merge, then quantize."""
+    modes = sorted({layer.quantization_mode for layer in model._flatten_layers(include_self=False)
+                    if layer.quantization_mode})
+    if modes:
+        raise ValueError(
+            f"The model is quantized ({', '.join(modes)}): LoRA factors on quantized kernels "
+            "cannot be merged back faithfully (merge_lora re-quantizes every kernel with its "
+            "factors, which moves the logits away from the trained model's, and float8 kernels "
+            "do not train with factors). Fine-tune the float model instead, then quantize: "
+            "enable_lora(model, rank); model.fit(...); model = merge_lora(model); "
+            "model.quantize('int8').")
 
 
 def trainable_parameters(model):

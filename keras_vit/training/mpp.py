@@ -27,7 +27,8 @@ import keras
 from keras import ops
 
 from keras_vit.layers.patching import patchify
-from keras_vit.models.vit import float32_output_dtype
+from keras_vit.models.base import float32_output_dtype
+from keras_vit.models.vit import ViTBackbone
 
 TARGETS = ("color_3bit", "color_3bit_4x4", "l2")
 COLOR_BITS = 3
@@ -69,12 +70,13 @@ def quantized_colors(images, patch_size, cells=1, bits=COLOR_BITS):
 
 
 def _check_arguments(encoder, target, corrupt_rate, mask_fraction, random_fraction):
-    """Refuses bad ``MaskedPatchPrediction`` arguments; returns (patch size, cells per side)."""
-    names = {layer.name for layer in getattr(encoder, "layers", ())}
-    if not isinstance(encoder, keras.Model) or not {"embedding", "Transformer"} <= names:
+    """Refuses bad ``MaskedPatchPrediction`` arguments; returns (backbone, patch size, cells per
+    side)."""
+    backbone = getattr(encoder, "backbone", encoder)
+    if not isinstance(backbone, ViTBackbone):
         raise TypeError(
-            "MaskedPatchPrediction needs a keras_vit VisionTransformer encoder (with "
-            f"'embedding' and 'Transformer' layers), got {type(encoder).__name__}."
+            "MaskedPatchPrediction needs a keras_vit ViT (a ViTBackbone, or a "
+            f"ViTImageClassifier, whose backbone it trains), got {type(encoder).__name__}."
         )
     if target not in TARGETS:
         raise ValueError(f"Unknown target {target!r}; use one of {TARGETS}.")
@@ -85,7 +87,7 @@ def _check_arguments(encoder, target, corrupt_rate, mask_fraction, random_fracti
             "mask_fraction and random_fraction must be non-negative with a sum of at most 1, "
             f"got {mask_fraction} and {random_fraction}."
         )
-    patch = int(getattr(encoder, "stride", encoder.get_layer("embedding").patch_size))
+    patch = backbone.config.stride  # pixels per token: a hybrid's patch times its stem's stride
     cells = 4 if target == "color_3bit_4x4" else 1
     if patch % cells:
         raise ValueError(
@@ -93,20 +95,22 @@ def _check_arguments(encoder, target, corrupt_rate, mask_fraction, random_fracti
             f"a multiple of 4; this encoder's patches are {patch}x{patch} pixels. Use "
             "target='color_3bit' or 'l2'."
         )
-    return patch, cells
+    return backbone, patch, cells
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MaskedPatchPrediction(keras.Model):
-    """Masked patch prediction pre-training around a ``VisionTransformer`` (paper Sec. 4.6).
+    """Masked patch prediction pre-training around a ViT (paper Sec. 4.6).
 
     Train with ``compile(optimizer)`` and ``fit(images)`` (no labels: the targets come from the
-    images). The encoder's layers are used directly, so training updates ``encoder``, which can
-    then be fine-tuned with its own head. The classification head, pooling and ``pre_logits`` of
-    the encoder are not used here; a separate Dense ``mpp_head`` makes the predictions.
+    images). The backbone's layers are used directly, so training updates ``encoder``, which can
+    then be fine-tuned with its own head (``keras_vit.training.prepare_finetuning``). The
+    pooling, and a classifier's ``pre_logits`` and head, are not used here; a separate Dense
+    ``mpp_head`` makes the predictions.
 
     Args:
-        encoder: a ``VisionTransformer`` (plain or hybrid).
+        encoder: a ``ViTBackbone`` or a ``ViTImageClassifier`` (plain or hybrid), whose
+            backbone is trained.
         target: ``"color_3bit"``, ``"color_3bit_4x4"`` or ``"l2"`` (see the module docstring).
         corrupt_rate: fraction of the patches corrupted in each image.
         mask_fraction: fraction of the corrupted patches replaced by the ``[mask]`` embedding.
@@ -118,8 +122,8 @@ class MaskedPatchPrediction(keras.Model):
 
     Example:
     >>> import numpy as np, keras, keras_vit
-    >>> vit = keras_vit.VisionTransformer(image_size=8, patch_size=4, hidden_size=8,
-    ...     num_layers=1, num_heads=2, mlp_dim=16, num_classes=10)
+    >>> vit = keras_vit.ViTBackbone(image_size=8, patch_size=4, hidden_size=8, num_layers=1,
+    ...                             num_heads=2, mlp_dim=16)
     >>> mpp = MaskedPatchPrediction(vit)
     >>> mpp.compile(keras.optimizers.Adam(1e-3))
     >>> images = np.random.default_rng(0).uniform(-1, 1, (4, 8, 8, 3)).astype("float32")
@@ -138,7 +142,7 @@ class MaskedPatchPrediction(keras.Model):
         seed=None,
         **kwargs,
     ):
-        patch, cells = _check_arguments(
+        backbone, patch, cells = _check_arguments(
             encoder, target, corrupt_rate, mask_fraction, random_fraction
         )
         kwargs.setdefault("name", "masked_patch_prediction")
@@ -154,16 +158,16 @@ class MaskedPatchPrediction(keras.Model):
         self.seed = seed
         self.patch_size = patch
         self.cells = cells
-        self._split_encoder(encoder)
+        self._split_encoder(backbone)
         self.seed_generator = keras.random.SeedGenerator(seed)
         self._make_objective(channels=int(encoder.input.shape[-1]))
         self.build(encoder.input.shape)
 
-    def _split_encoder(self, encoder):
-        """The encoder's patch embedding and Transformer as two models, with the token grid."""
-        embedded = encoder.get_layer("embedding").output
-        self.patch_embedding = keras.Model(encoder.input, embedded, name="patch_embedding")
-        self.trunk = keras.Model(embedded, encoder.get_layer("Transformer").output, name="trunk")
+    def _split_encoder(self, backbone):
+        """The backbone's patch embedding and Transformer as two models, with the token grid."""
+        embedded = backbone.get_layer("embedding").output
+        self.patch_embedding = keras.Model(backbone.input, embedded, name="patch_embedding")
+        self.trunk = keras.Model(embedded, backbone.encoder.output, name="trunk")
         # The embedding is the (rows, cols) token grid the encoder takes; corruption is per token.
         self.grid_shape = tuple(int(v) for v in embedded.shape[1:])
         self.num_patches = self.grid_shape[0] * self.grid_shape[1]
@@ -199,7 +203,7 @@ class MaskedPatchPrediction(keras.Model):
 
     @property
     def encoder(self):
-        """The wrapped ``VisionTransformer`` (sharing its weights with this model)."""
+        """The wrapped ViT, as given (sharing its backbone's weights with this model)."""
         return self._encoder
 
     def build(self, input_shape):

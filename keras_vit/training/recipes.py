@@ -120,41 +120,84 @@ def classification_loss(label_smoothing=0.0):
 
 def prepare_finetuning(model, num_classes, *, image_size=None, keep_pre_logits=False,
                        lora_rank=None, lora_targets="qv"):
-    """The pre-trained model ready for fine-tuning (official ``load_pretrained`` semantics).
+    """The pre-trained model ready for fine-tuning (paper Sec. 3.2; official ``load_pretrained``).
 
-    The head is replaced by a fresh zero-initialised Dense of ``num_classes``, the
-    ``pre_logits`` layer is dropped unless ``keep_pre_logits``, and with ``image_size`` the
-    model moves to that resolution (position embeddings interpolated, ``resize_model``).
-    All other weights are carried over. With ``lora_rank`` only the head and rank-``lora_rank``
-    LoRA factors of the attention projections (``lora_targets``: ``"qv"`` or ``"all"``) train
-    (``keras_vit.training.lora``; ``merge_lora`` afterwards gives a plain model).
+    A ViT's new task is the same backbone with a new zero-initialised head of ``num_classes``
+    (``ViTImageClassifier(backbone, num_classes=...)``): the backbone is shared with ``model``,
+    not copied, so training the result trains ``model``'s backbone too (load the file again
+    for an untouched copy). The ``pre_logits`` layer is dropped unless ``keep_pre_logits``
+    (then its weights are carried over). With ``image_size`` the backbone first moves to that
+    resolution (position embeddings interpolated, ``resize_model``: a new backbone). A ResNet
+    gets its new zero head the same way, by its arguments. With ``lora_rank`` only the head and
+    rank-``lora_rank`` LoRA factors of the attention projections (``lora_targets``: ``"qv"`` or
+    ``"all"``) train (``keras_vit.training.lora``; ``merge_lora`` afterwards gives a plain
+    model).
+
+    Args:
+        model: a ``ViTImageClassifier``, a ``ViTBackbone``, a ``ResNetV2`` or an
+            ``AxialResNet``, pre-trained.
+        num_classes: classes of the new task.
 
     Example:
     >>> import keras_vit, numpy as np
-    >>> model = keras_vit.VisionTransformer(image_size=28, patch_size=7, hidden_size=16,
+    >>> model = keras_vit.ViTImageClassifier(image_size=28, patch_size=7, hidden_size=16,
     ...     num_layers=1, num_heads=2, mlp_dim=32, num_classes=10, num_channels=1,
     ...     representation_size=8)
-    >>> tuned = prepare_finetuning(model, 5, image_size=56)
-    >>> tuned.num_classes, tuned.representation_size, tuned.image_size
-    (5, None, (56, 56))
+    >>> tuned = prepare_finetuning(model, 5)
+    >>> tuned.config.head.num_classes, tuned.config.head.representation_size
+    (5, None)
+    >>> tuned.backbone is model.backbone  # the same backbone, a new head
+    True
+    >>> prepare_finetuning(model, 5, image_size=56).config.image_size
+    (56, 56)
     >>> lora = prepare_finetuning(model, 5, lora_rank=2)  # query and value factors, the head
     >>> sum(int(np.prod(v.shape)) for v in lora.trainable_weights)  # (16x2 + 2x16) x 2 + 16x5 + 5
     213
     """
-    from keras_vit.models.resize import rebuild, resize_model
+    from keras_vit.models.resize import resize_model
 
-    if image_size is not None:
+    if image_size is not None and tuple(_image_size(model) or ()) != _pair(image_size):
         model = resize_model(model, image_size)
-    changes = {"num_classes": int(num_classes)}
-    skip = ["head"]
-    config = model.get_config()
-    if "head_kernel_initializer" in config:
-        changes.update(head_kernel_initializer="zeros", head_bias_init=0.0)
-    if not keep_pre_logits and config.get("representation_size") is not None:
-        changes["representation_size"] = None
-    model = rebuild(model, skip=skip, **changes)
+    if hasattr(model, "config"):
+        model = _new_head(model, int(num_classes), keep_pre_logits)
+    else:
+        model = _new_resnet_head(model, int(num_classes))
     if lora_rank is not None:
         from keras_vit.training.lora import enable_lora
 
         enable_lora(model, lora_rank, lora_targets)
     return model
+
+
+def _pair(size):
+    return tuple(size) if isinstance(size, (tuple, list)) else (size, size)
+
+
+def _image_size(model):
+    return model.config.image_size if hasattr(model, "config") else model.image_size
+
+
+def _new_head(model, num_classes, keep_pre_logits):
+    """A zero-initialised head of ``num_classes`` on ``model``'s backbone (a ViT)."""
+    from keras_vit.models.vit import ViTImageClassifier
+
+    backbone = getattr(model, "backbone", model)
+    head = model.config.head
+    representation = head.representation_size if head is not None and keep_pre_logits else None
+    policy = model.dtype_policy
+    dtype = getattr(policy, "default_policy", policy)  # a quantized model's map: its default
+    new = ViTImageClassifier(backbone, num_classes=num_classes, dtype=dtype,
+                             representation_size=representation,
+                             name=model.name if backbone is not model else "vit")
+    if representation is not None:
+        new.get_layer("pre_logits").set_weights(model.get_layer("pre_logits").get_weights())
+    return new
+
+
+def _new_resnet_head(model, num_classes):
+    """A ResNet built again with a zero-initialised head of ``num_classes``, every other
+    weight carried over."""
+    from keras_vit.models.resize import rebuild
+
+    return rebuild(model, skip=("head",), num_classes=num_classes,
+                   head_kernel_initializer="zeros", head_bias_init=0.0)

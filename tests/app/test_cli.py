@@ -36,9 +36,10 @@ def test_train_writes_the_run_folder(trained, capsys):
     metrics = _metrics(trained)
     assert 0.0 <= metrics["test_accuracy"] <= 1.0 and metrics["wall_time_s"] > 0
     assert metrics["config"]["dataset"] == "fashion_mnist" and metrics["config"]["epochs"] == 2
-    assert metrics["model_config"]["hidden_size"] == 16
+    encoder = metrics["model_config"]["config"]["encoder"]  # the model's ViTConfig
+    assert encoder["hidden_size"] == 16
     # the default model pools with GAP; the small offline images get flips and 1-pixel shifts
-    assert metrics["model_config"]["classifier"] == "gap"
+    assert encoder["classifier"] == "gap"
     assert metrics["augmentation"] == "pad_crop" and metrics["resize_size"] == 30
     assert metrics["config"]["label_smoothing"] == 0.1
     assert metrics["epochs_completed"] == 2 and metrics["optimizer_iterations"] == 8
@@ -67,7 +68,7 @@ def test_finetune_at_a_higher_resolution(trained, tmp_path):
             "--use-ema", "--output", out, "--verbose", "0"]
     assert cli.main(args) == 0
     model = keras.saving.load_model(os.path.join(out, "model.keras"), compile=False)
-    assert model.image_size == (56, 56) and model.num_classes == 10
+    assert model.config.image_size == (56, 56) and model.config.head.num_classes == 10
     assert _metrics(out)["steps"] == 4 and len(_metrics(out)["history"]) == 2
 
 
@@ -135,10 +136,11 @@ def test_train_on_a_tfds_dataset_with_mock_data(tmp_path):
                          "--set", "patch_size=8", "--batch-size", "8", "--epochs", "2",
                          "--output", out]) == 0
     metrics = _metrics(out)
-    assert metrics["steps_per_epoch"] == 2 and metrics["model_config"]["num_channels"] == 3
+    vit = metrics["model_config"]["config"]
+    assert metrics["steps_per_epoch"] == 2 and vit["patches"]["num_channels"] == 3
     assert metrics["config"]["dataset"] == "cifar10"
     assert metrics["augmentation"] == "inception_crop"  # tfds at a set size, as vit_jax
-    assert metrics["model_config"]["num_classes"] == 10
+    assert vit["head"]["num_classes"] == 10
 
 
 def test_convert_round_trip(tmp_path, capsys):

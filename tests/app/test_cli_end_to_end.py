@@ -72,7 +72,7 @@ def test_evaluate_a_timm_file(tmp_path):
     a timm state dict gives the same accuracy as the same model's .keras file."""
     pytest.importorskip("safetensors")
     keras.utils.set_random_seed(0)
-    model = keras_vit.VisionTransformer(  # width 192: timm's ViT-Ti, so the file names its heads
+    model = keras_vit.ViTImageClassifier(  # width 192: timm's ViT-Ti, so the file names its heads
         image_size=28, patch_size=7, num_channels=1, num_classes=10, hidden_size=192,
         num_layers=1, num_heads=3, mlp_dim=384)
     sources = [str(tmp_path / "vit.keras"), str(tmp_path / "vit.safetensors")]
@@ -97,19 +97,20 @@ def test_fewshot_of_a_trained_model(learned, tmp_path, capsys):
     assert "10-shot linear accuracy" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("model, overrides, key", [
-    ("BiT-R26x1", ["--set", "block_units=[1,1]", "--set", "width_factor=0.5"], "block_units"),
+@pytest.mark.parametrize("model, overrides, setting", [
+    ("BiT-R26x1", ["--set", "block_units=[1,1]", "--set", "width_factor=0.5"],
+     lambda config: config["block_units"]),
     ("R+ViT-Ti/16", ["--set", "hidden_size=16", "--set", "num_layers=1", "--set", "num_heads=2",
-                     "--set", "mlp_dim=32", "--set", 'resnet={"num_layers":[],"width_factor":0.5}'],
-     "resnet"),
+                     "--set", "mlp_dim=32", "--set", 'stem={"num_layers":[],"width_factor":0.5}'],
+     lambda config: config["config"]["stem"]),
 ])
-def test_train_other_families_with_mixup_and_no_validation(model, overrides, key, tmp_path):
+def test_train_other_families_with_mixup_and_no_validation(model, overrides, setting, tmp_path):
     out = str(tmp_path / "run")
     _run("train", "--model", model, *overrides, "--image-size", "32", *SMALL_DATA,
          "--epochs", "2", "--warmup-steps", "2", "--mixup", "0.2", "--no-validate",
          "--output", out)
     metrics = _metrics(out)
-    assert metrics["model_config"][key] is not None
+    assert setting(metrics["model_config"]) is not None
     assert metrics["config"]["mixup"] == 0.2 and metrics["config"]["validate"] is False
     assert not any("val_loss" in record for record in metrics["history"])
     assert len(metrics["history"]) == 2 and 0.0 <= metrics["test_accuracy"] <= 1.0
@@ -125,9 +126,9 @@ def test_finetune_an_official_npz(tmp_path):
          "--use-ema", "--output", out)
     metrics = _metrics(out)
     model = keras.saving.load_model(os.path.join(out, run_files.MODEL), compile=False)
-    assert isinstance(model, keras_vit.VisionTransformer)
-    assert (model.num_classes, model.representation_size) == (10, None)
-    assert model.image_size == (48, 48) and model.grid_size == (12, 12)
+    assert isinstance(model, keras_vit.ViTImageClassifier)
+    assert model.config.head == keras_vit.models.description.Head(num_classes=10)
+    assert model.config.image_size == (48, 48) and model.config.grid == (12, 12)
     # 40 steps of a random-weight tiny model do not learn digits reliably: the point here is
     # that the official file loads, trains at a new resolution with a new head, and saves
     assert metrics["steps"] == 40 and [r["epoch"] for r in metrics["history"]] == [1, 2]
@@ -140,8 +141,8 @@ def test_pretrain_mpp_encoder_loads_back_and_finetunes(tmp_path):
          "--output", out)
     encoder_file = os.path.join(out, run_files.MODEL)
     encoder = keras.saving.load_model(encoder_file, compile=False)
-    assert isinstance(encoder, keras_vit.VisionTransformer)
-    assert (encoder.hidden_size, encoder.patch_size) == (16, 7)
+    assert isinstance(encoder, keras_vit.ViTImageClassifier)
+    assert (encoder.config.encoder.hidden_size, encoder.config.patches.patch_size) == (16, 7)
     assert encoder.count_params() == _metrics(out)["num_params"]
     # the file holds the trained encoder, not a fresh one: its weights differ from the
     # initialisation the run started from (same seed, same model)

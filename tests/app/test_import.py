@@ -52,7 +52,7 @@ def test_public_names_load_on_use():
     for name in keras_vit.__all__:
         assert getattr(keras_vit, name) is not None
         assert name in dir(keras_vit)
-    assert keras_vit.VisionTransformer.__module__ == "keras_vit.models.vit"
+    assert keras_vit.ViTImageClassifier.__module__ == "keras_vit.models.vit"
     assert keras_vit.distribution.__name__ == "keras_vit.distribution"
     assert keras_vit.__version__
     with pytest.raises(AttributeError, match="no attribute 'missing'"):

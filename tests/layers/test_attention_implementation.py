@@ -32,9 +32,9 @@ TOKEN_COUNTS = {
 
 def _vit(image_size, classifier, position_embedding, **kwargs):
     keras.utils.set_random_seed(0)
-    return keras_vit.VisionTransformer(
-        image_size, 4, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64, num_classes=10,
-        classifier=classifier, position_embedding=position_embedding,
+    return keras_vit.ViTImageClassifier(
+        image_size=image_size, patch_size=4, hidden_size=32, num_layers=2, num_heads=4,
+        mlp_dim=64, num_classes=10, classifier=classifier, position_embedding=position_embedding,
         head_kernel_initializer="glorot_uniform", **kwargs)
 
 
@@ -94,11 +94,11 @@ def test_a_tpu_gives_the_cpus_gradients_and_attention(case, caplog):
     model, images = _vit(image_size, classifier, position), _images(image_size)
     labels = np.array([3, 7])
     grads_cpu = _gradients(model, images, labels)
-    probs_cpu = model.attention_model()(images)
+    probs_cpu = model.backbone.attention_model()(images)
     caplog.set_level(logging.DEBUG)
     with keras_sees_a_tpu() as splash_calls:
         grads_tpu = _gradients(model, images, labels)
-        probs_tpu = model.attention_model()(images)
+        probs_tpu = model.backbone.attention_model()(images)
     assert splash_calls == []
     for tpu, cpu in zip(grads_tpu, grads_cpu):
         assert _relative(tpu, cpu) <= 1e-5
@@ -135,23 +135,25 @@ def test_every_implementation_gives_the_explicit_softmax(implementation):
         4, relative_position=True, attention_implementation=implementation)
     x = np.random.default_rng(1).normal(size=(2, 9, 32)).astype("float32")
     fast = layer(x)
-    explicit, _ = layer(x, return_attention_scores=True)
-    np.testing.assert_allclose(_numpy(fast), _numpy(explicit), atol=2e-6)
+    probs = _numpy(layer.probabilities(x))  # the explicit softmax, (batch, H, N, N)
+    values = _numpy(layer.value(x)).reshape(2, 9, 4, 8)
+    context = np.einsum("bhqk,bkhd->bqhd", probs, values).reshape(2, 9, 32)
+    np.testing.assert_allclose(_numpy(fast), _numpy(layer.out(context)), atol=2e-6)
 
 
 def test_the_setting_is_saved_with_the_model(tmp_path):
     model = _vit(16, "token", "learned_1d", attention_implementation="xla")
-    assert model.get_config()["attention_implementation"] == "xla"
+    assert model.config.encoder.attention_implementation == "xla"
     block = model.get_layer("encoderblock_1")
     assert block.MultiHeadDotProductAttention_1.attention_implementation == "xla"
     model.save(tmp_path / "vit.keras")
     loaded = keras.saving.load_model(tmp_path / "vit.keras")
-    assert loaded.get_config()["attention_implementation"] == "xla"
+    assert loaded.config.encoder.attention_implementation == "xla"
     images = _images(16)
     np.testing.assert_allclose(_numpy(loaded(images)), _numpy(model(images)), atol=1e-6)
     rebuilt = keras_vit.create_model("ViT-Ti/16", image_size=32, num_classes=3,
                                      attention_implementation="xla")
-    assert rebuilt.encoder.config.attention_implementation == "xla"
+    assert rebuilt.backbone.encoder.config.attention_implementation == "xla"
 
 
 def test_an_unknown_implementation_is_refused():

@@ -39,13 +39,12 @@ def _grid(lines, shape, axis):
 def test_axial_attention_is_self_attention_on_each_row_or_column(axis):
     x = _x(2, 3, 4, 8)
     layer = AxialAttention(2, axis=axis, relative_position=True)
-    y, probs = layer(x, return_attention_scores=True)
-    np.testing.assert_allclose(_np(layer(x)), _np(y), atol=1e-5)  # fast path = explicit path
+    y, probs = layer(x), layer.probabilities(x)
     plain = MultiHeadSelfAttention(2, relative_position=True)
     plain.build((None, x.shape[axis], 8))
     plain.set_weights(layer.get_weights())
     lines, shape = _lines(x, axis)
-    out, p = plain(lines, return_attention_scores=True)
+    out, p = plain(lines), plain.probabilities(lines)
     np.testing.assert_allclose(_np(y), _grid(_np(out), shape, axis), atol=1e-5)
     np.testing.assert_allclose(_np(probs), _np(p).reshape(_np(probs).shape), atol=1e-6)
 
@@ -53,7 +52,7 @@ def test_axial_attention_is_self_attention_on_each_row_or_column(axis):
 def test_axial_block_is_a_row_block_then_a_column_block():
     x = _x(2, 3, 4, 8)
     block = AxialEncoderBlock(EncoderConfig(1, 2, 16))
-    y, (row_probs, column_probs) = block(x, return_attention_scores=True)
+    y, (row_probs, column_probs) = block(x), block.attention_probabilities(x)
     assert row_probs.shape == (2, 3, 2, 4, 4) and column_probs.shape == (2, 4, 2, 3, 3)
     row, column = EncoderBlock(EncoderConfig(1, 2, 16)), EncoderBlock(EncoderConfig(1, 2, 16))
     row.build((None, 4, 8))
@@ -72,7 +71,10 @@ def test_class_row_and_position_placements():
                     dict(position_embedding_placement="every_layer"),
                     dict(position_embedding="relative"), dict(classifier="gap")):
         encoder = AxialEncoder(EncoderConfig(2, 2, 16, **options), (3, 4))
-        out, probs = encoder(x, return_attention_scores=True)
+        out = encoder(x)  # builds it: intermediates() is a method, not a call
+        seen = encoder.intermediates(x)
+        np.testing.assert_allclose(_np(seen["tokens"]), _np(out), atol=1e-5)
+        probs = seen["attention"]
         rows = 3 + (options.get("classifier", "token") == "token")
         assert out.shape == (2, rows * 4, 8) and len(probs) == 4
         assert probs[1].shape == (2, 4, 2, rows, rows)

@@ -29,8 +29,8 @@ def test_each_setting_is_checked_with_a_clear_error(settings, message):
 
 def test_the_model_checks_through_the_same_object():
     with pytest.raises(ValueError, match="must be divisible by num_heads"):
-        keras_vit.VisionTransformer(image_size=8, patch_size=4, hidden_size=10, num_layers=1,
-                                    num_heads=3, mlp_dim=16)
+        keras_vit.ViTImageClassifier(image_size=8, patch_size=4, hidden_size=10, num_layers=1,
+                                     num_heads=3, mlp_dim=16)
 
 
 def test_frozen_and_round_trips_through_json():
@@ -45,11 +45,13 @@ def test_frozen_and_round_trips_through_json():
 
 
 def test_model_hands_one_object_to_the_encoder_and_its_blocks():
-    model = keras_vit.VisionTransformer(image_size=8, patch_size=4, hidden_size=8, num_layers=2,
-                                        num_heads=2, mlp_dim=16, layer_norm_epsilon=1e-5)
-    encoder = model.encoder
+    model = keras_vit.ViTImageClassifier(image_size=8, patch_size=4, hidden_size=8,
+                                         num_layers=2, num_heads=2, mlp_dim=16,
+                                         layer_norm_epsilon=1e-5)
+    encoder = model.backbone.encoder
+    assert encoder.config is model.config.encoder
     assert all(block.config is encoder.config for block in encoder.blocks)
-    assert encoder.config.layer_norm_epsilon == model.get_config()["layer_norm_epsilon"] == 1e-5
+    assert encoder.config.layer_norm_epsilon == 1e-5
     assert encoder.get_config()["config"] == encoder.config.to_dict()
     assert Encoder.from_config(encoder.get_config()).config == encoder.config
 

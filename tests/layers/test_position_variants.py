@@ -111,9 +111,8 @@ def test_attention_bias_on_both_paths_matches_numpy():
     layer.build(x.shape)
     expected, expected_probs = _attention_reference(layer, x.astype("float64"), bias)
     fast = _np(layer(x, bias=bias))
-    explicit, probs = layer(x, bias=bias, return_attention_scores=True)
+    probs = layer.probabilities(x, bias=bias)
     np.testing.assert_allclose(fast, expected, atol=1e-5)
-    np.testing.assert_allclose(_np(explicit), expected, atol=1e-5)
     np.testing.assert_allclose(_np(probs), expected_probs, atol=1e-5)
 
 
@@ -122,15 +121,15 @@ def test_attention_bias_can_mask_keys_and_broadcasts():
     bias = np.zeros((1, 1, 1, 4), "float32")
     bias[..., 2:] = -1e9
     layer = MultiHeadSelfAttention(num_heads=2)
-    _, probs = layer(x, bias=bias, return_attention_scores=True)
-    probs = _np(probs)
+    layer.build(x.shape)
+    probs = _np(layer.probabilities(x, bias=bias))
     np.testing.assert_allclose(probs[..., 2:], 0.0, atol=1e-7)
     np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-6)
     masked_fast = _np(layer(x, bias=bias))
     plain = _np(layer(x))
     assert not np.allclose(masked_fast, plain, atol=1e-4)
-    explicit = _np(layer(x, bias=bias, return_attention_scores=True)[0])
-    np.testing.assert_allclose(masked_fast, explicit, atol=1e-5)
+    expected, _ = _attention_reference(layer, x.astype("float64"), bias)
+    np.testing.assert_allclose(masked_fast, expected, atol=1e-5)
 
 
 def test_relative_attention_adds_its_logits_on_both_paths():
@@ -143,10 +142,8 @@ def test_relative_attention_adds_its_logits_on_both_paths():
     q = (x @ _np(layer.query.kernel) + _np(layer.query.bias)).reshape(2, 5, 2, 4)
     bias = _relative_reference(q / 2.0, table)  # queries scaled by 1/sqrt(head_dim = 4)
     expected, expected_probs = _attention_reference(layer, x.astype("float64"), bias)
-    out, probs = layer(x, return_attention_scores=True)
     np.testing.assert_allclose(_np(layer(x)), expected, atol=1e-5)
-    np.testing.assert_allclose(_np(out), expected, atol=1e-5)
-    np.testing.assert_allclose(_np(probs), expected_probs, atol=1e-5)
+    np.testing.assert_allclose(_np(layer.probabilities(x)), expected_probs, atol=1e-5)
 
 
 def test_relative_attention_config_and_weight_path():

@@ -21,12 +21,12 @@ VARIANTS = [
     dict(
         classifier="token",
         position_embedding="learned_1d",
-        resnet=dict(num_layers=[1], width_factor=0.5),
+        stem=dict(num_layers=[1], width_factor=0.5),
     ),
     dict(
         classifier="gap",
         position_embedding="learned_2d",
-        resnet=dict(num_layers=[1], width_factor=0.5),
+        stem=dict(num_layers=[1], width_factor=0.5),
     ),
 ]
 
@@ -36,9 +36,9 @@ def _np(x):
 
 
 def _model(grid=(4, 4), **kwargs):
-    hybrid = "resnet" in kwargs
+    hybrid = "stem" in kwargs
     stride = 4  # patch 4, or patch 1 on the hybrid's /4 map
-    model = keras_vit.VisionTransformer(
+    model = keras_vit.ViTImageClassifier(
         image_size=(grid[0] * stride, grid[1] * stride),
         patch_size=1 if hybrid else 4,
         hidden_size=16,
@@ -73,11 +73,11 @@ def _non_square_grids(seed, count=2):
 def worst_error(model, grids):
     """Max |dynamic model - resize_model| over ``grids``, the dynamic one from ``model``."""
     anysize = keras_vit.resize_model(model, None)
-    assert anysize.image_size is None
-    assert anysize.position_embedding_grid == tuple(model.grid_size)
+    assert anysize.config.image_size is None
+    assert anysize.config.position_embedding_grid == model.config.grid
     worst = 0.0
     for rows, cols in grids:
-        size = (rows * model.stride, cols * model.stride)
+        size = (rows * model.config.stride, cols * model.config.stride)
         expected = _np(keras_vit.resize_model(model, size)(_images(size)))
         got = _np(anysize(_images(size)))
         assert got.shape == expected.shape == (2, 5)
@@ -104,18 +104,18 @@ def test_any_size_from_a_non_square_model_equals_resize_model(variant, record_pr
 def test_learned_grid_is_bit_exact_and_non_square_grids_run():
     model = _model()
     anysize = keras_vit.resize_model(model, None)
-    assert anysize.position_embedding_grid == (4, 4)
+    assert anysize.config.position_embedding_grid == (4, 4)
     np.testing.assert_array_equal(_np(anysize(_images(16))), _np(model(_images(16))))
     wide = np.random.default_rng(2).uniform(-1, 1, (2, 12, 28, 3)).astype("float32")
     assert anysize.predict(wide, verbose=0).shape == (2, 5)
     # a non-square input equals a static model built for it with the same learned table
-    static = keras_vit.VisionTransformer(**{**anysize.get_config(), "image_size": (12, 28)})
+    static = keras_vit.ViTImageClassifier(config=anysize.config.replace(image_size=(12, 28)))
     static.set_weights(anysize.get_weights())
     np.testing.assert_allclose(_np(static(wide)), _np(anysize(wide)), atol=1e-6)
 
 
 def test_fit_on_one_size_predict_on_another_and_keras_file(tmp_path):
-    model = keras_vit.VisionTransformer(
+    model = keras_vit.ViTImageClassifier(
         image_size=None,
         position_embedding_grid=(4, 4),
         patch_size=4,
@@ -145,7 +145,7 @@ def test_official_checkpoint_at_any_size():
     expected = _np(keras_vit.resize_model(model, 48)(images))
     np.testing.assert_allclose(_np(anysize(images)), expected, atol=1e-5)
     back = keras_vit.resize_model(anysize, 48)
-    assert back.position_embedding_grid is None and back.grid_size == (12, 12)
+    assert back.config.position_embedding_grid is None and back.config.grid == (12, 12)
     np.testing.assert_allclose(_np(back(images)), expected, atol=1e-6)
 
 
@@ -154,7 +154,7 @@ def test_bad_sizes_are_clear_errors():
     with pytest.raises(ValueError, match="not a multiple of the patch size"):
         anysize(_images(18))
     with pytest.raises(ValueError, match="needs position_embedding_grid"):
-        keras_vit.VisionTransformer(
+        keras_vit.ViTImageClassifier(
             image_size=None, patch_size=4, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8
         )
     with pytest.raises(ValueError, match="need a fixed"):

@@ -21,7 +21,7 @@ REFERENCE_COUNTS = {"axial26s": 5_944_936, "axial50s": 11_586_216, "axial50m": 2
 
 
 def _tiny_axial_vit(**kwargs):
-    return keras_vit.AxialVisionTransformer(**dict(dict(TINY, image_size=16), **kwargs))
+    return keras_vit.ViTImageClassifier(**dict(dict(TINY, image_size=16, axial=True), **kwargs))
 
 
 def _tiny_axial_resnet(**kwargs):
@@ -134,7 +134,7 @@ def test_any_size_equals_the_fixed_model_and_keeps_the_grid_2d():
     np.testing.assert_allclose(anysize.predict(x, verbose=0), model.predict(x, verbose=0),
                                atol=1e-5)
     assert anysize.predict(np.zeros((1, 24, 12, 3), "float32"), verbose=0).shape == (1, 5)
-    probs = model.attention_model().predict(x, verbose=0)
+    probs = model.backbone.attention_model().predict(x, verbose=0)
     assert [p.shape for p in probs] == [(2, 5, 2, 4, 4), (2, 4, 2, 5, 5)]
 
 
@@ -154,8 +154,10 @@ def test_bad_input():
 def test_finetuning_and_fewshot():
     model = _tiny_axial_vit(representation_size=8)
     tuned = prepare_finetuning(model, 3, image_size=24)
-    assert (tuned.num_classes, tuned.representation_size, tuned.image_size) == (3, None, (24, 24))
-    assert type(tuned) is keras_vit.AxialVisionTransformer
+    head = tuned.config.head
+    assert (head.num_classes, head.representation_size, tuned.config.image_size) == (
+        3, None, (24, 24))
+    assert type(tuned) is keras_vit.ViTImageClassifier and tuned.config.encoder.axial
     resnet = prepare_finetuning(_tiny_axial_resnet(), 3)
     assert resnet.num_classes == 3 and type(resnet) is keras_vit.AxialResNet
     rng = np.random.default_rng(0)

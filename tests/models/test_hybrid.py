@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 from conftest import shapes_only
-from keras_vit import VisionTransformer, create_model
-from keras_vit.models.registry import hybrid_config
+from keras_vit import ViTImageClassifier, create_model
+from keras_vit.models.description import Stem
+from keras_vit.models.registry import model_config
 
 
 def test_r50_b16_param_count():
@@ -15,7 +16,7 @@ def test_r50_b16_param_count():
         assert model.count_params() == 98_659_112
         larger = create_model("R50+ViT-B/16", image_size=384)
         assert larger.count_params() == 98_659_112 + (577 - 197) * 768
-    assert larger.grid_size == (24, 24) and model.dropout_rate == 0.1
+    assert larger.config.grid == (24, 24) and model.config.encoder.dropout_rate == 0.1
 
 
 @pytest.mark.parametrize("name,num_layers,patch,hidden", [
@@ -28,13 +29,13 @@ def test_r50_b16_param_count():
     ("R26_S_32", [2, 2, 2, 2], 1, 384),
 ])
 def test_hybrid_names(name, num_layers, patch, hidden):
-    config = hybrid_config(name)
-    assert config["resnet"] == dict(num_layers=num_layers, width_factor=1)
-    assert (config["patch_size"], config["hidden_size"]) == (patch, hidden)
+    config = model_config(name)
+    assert config.stem == Stem(num_layers=tuple(num_layers), width_factor=1)
+    assert (config.patches.patch_size, config.encoder.hidden_size) == (patch, hidden)
     with shapes_only():
         model = create_model(name, image_size=384, num_classes=7)
     assert model.output_shape == (None, 7)
-    assert model.stride * model.grid_size[0] == 384
+    assert model.config.stride * model.config.grid[0] == 384
     if name == "R+ViT-Ti/16":  # the published R_Ti_16 layout: (8, 8, 64, 192) patch kernel
         assert tuple(model.get_layer("embedding").conv.kernel.shape) == (8, 8, 64, 192)
 
@@ -42,16 +43,17 @@ def test_hybrid_names(name, num_layers, patch, hidden):
 def _tiny(**kwargs):
     config = dict(image_size=32, patch_size=1, hidden_size=32, num_layers=1, num_heads=2,
                   mlp_dim=32, num_classes=5, head_kernel_initializer="glorot_uniform",
-                  resnet=dict(num_layers=[1, 1], width_factor=0.5))
+                  stem=dict(num_layers=[1, 1], width_factor=0.5))
     config.update(kwargs)
-    return VisionTransformer(**config)
+    return ViTImageClassifier(**config)
 
 
-@pytest.mark.parametrize("resnet,patch", [(dict(num_layers=[1, 1], width_factor=0.5), 2),
-                                          (dict(num_layers=[], width_factor=0.5), 8)])
-def test_fit_one_step(resnet, patch):
-    model = _tiny(image_size=64, patch_size=patch, resnet=resnet)
-    assert model.grid_size == (64 // model.stride, 64 // model.stride)
+@pytest.mark.parametrize("stem,patch", [(dict(num_layers=[1, 1], width_factor=0.5), 2),
+                                        (dict(num_layers=[], width_factor=0.5), 8)])
+def test_fit_one_step(stem, patch):
+    model = _tiny(image_size=64, patch_size=patch, stem=stem)
+    stride = model.config.stride
+    assert model.config.grid == (64 // stride, 64 // stride)
     model.compile(optimizer=keras.optimizers.SGD(0.1),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     x = np.random.default_rng(0).uniform(-1, 1, (2, 64, 64, 3)).astype("float32")
@@ -65,7 +67,7 @@ def test_fit_one_step(resnet, patch):
 @pytest.mark.parametrize("width_factor", [0.25, 1.25, "wide"])
 def test_group_norm_incompatible_width(width_factor):
     with pytest.raises(ValueError, match="width_factor"):
-        _tiny(resnet=dict(num_layers=[1], width_factor=width_factor))
+        _tiny(stem=dict(num_layers=[1], width_factor=width_factor))
 
 
 @pytest.mark.parametrize("name,match", [

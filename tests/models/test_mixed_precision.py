@@ -23,7 +23,7 @@ def _data():
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
 def test_vit_trains_under_mixed_precision(policy):
     compute = policy.split("_")[1]
-    model = keras_vit.VisionTransformer(**CONFIG, dtype=policy)
+    model = keras_vit.ViTImageClassifier(**CONFIG, dtype=policy)
     assert model.dtype_policy.name == policy
     assert model.get_layer("encoderblock_0").compute_dtype == compute
     assert model.get_layer("encoder_norm").compute_dtype == compute
@@ -45,11 +45,11 @@ def test_vit_trains_under_mixed_precision(policy):
     logits = model(x[:4])
     assert standardize_dtype(logits.dtype) == "float32"
     assert np.all(np.isfinite(to_numpy(logits)))
-    probs = model.attention_model()(x[:4])
+    probs = model.backbone.attention_model()(x[:4])
     assert all(standardize_dtype(p.dtype) == "float32" for p in probs)
     np.testing.assert_allclose(to_numpy(probs[0]).sum(-1), 1.0, atol=1e-5)
     # The policy survives a config round trip.
-    clone = keras_vit.VisionTransformer.from_config(model.get_config())
+    clone = keras_vit.ViTImageClassifier.from_config(model.get_config())
     assert clone.dtype_policy.name == policy
     assert clone.get_layer("head").compute_dtype == "float32"
 
@@ -58,7 +58,7 @@ def test_global_mixed_policy_gives_float32_logits():
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy("mixed_bfloat16")
     try:
-        model = keras_vit.VisionTransformer(**dict(CONFIG, num_layers=1))
+        model = keras_vit.ViTImageClassifier(**dict(CONFIG, num_layers=1))
     finally:
         keras.config.set_dtype_policy(previous)
     assert model.get_layer("encoderblock_0").compute_dtype == "bfloat16"
@@ -67,8 +67,8 @@ def test_global_mixed_policy_gives_float32_logits():
 
 
 def test_float32_models_keep_every_layer_in_float32():
-    model = keras_vit.VisionTransformer(**dict(CONFIG, num_layers=1))
-    assert {layer.compute_dtype for layer in model.layers} == {"float32"}
+    model = keras_vit.ViTImageClassifier(**dict(CONFIG, num_layers=1))
+    assert {layer.compute_dtype for layer in model._flatten_layers()} == {"float32"}
 
 
 def test_layer_norm_statistics_are_float32_under_float16():

@@ -38,11 +38,11 @@ def test_downsampling_is_the_least_squares_match(old, new):
 
 
 def test_resize_patch_size_model():
-    model = keras_vit.VisionTransformer(image_size=32, patch_size=8, hidden_size=16, num_layers=1,
-                                        num_heads=2, mlp_dim=32, num_classes=4,
-                                        head_kernel_initializer="glorot_uniform")
+    model = keras_vit.ViTImageClassifier(image_size=32, patch_size=8, hidden_size=16,
+                                         num_layers=1, num_heads=2, mlp_dim=32, num_classes=4,
+                                         head_kernel_initializer="glorot_uniform")
     finer = keras_vit.resize_patch_size(model, 4)
-    assert finer.grid_size == (8, 8) and finer.patch_size == 4
+    assert finer.config.grid == (8, 8) and finer.config.patches.patch_size == 4
     posemb = finer.get_layer("posembed_input").pos_embedding
     assert tuple(posemb.shape) == (1, 65, 16)
     images = np.random.default_rng(2).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
@@ -51,14 +51,19 @@ def test_resize_patch_size_model():
     same = keras_vit.resize_patch_size(model, 8)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(same(images)),
                                keras.ops.convert_to_numpy(model(images)), atol=1e-5)
+    # a backbone stays a backbone, with the classifier's backbone's tokens
+    backbone = keras_vit.resize_patch_size(model.backbone, 4)
+    assert isinstance(backbone, keras_vit.ViTBackbone) and backbone.config.grid == (8, 8)
+    np.testing.assert_allclose(backbone.predict(images, verbose=0)["pooled"],
+                               finer.backbone.predict(images, verbose=0)["pooled"], atol=1e-6)
 
 
 def test_bad_patch_sizes():
-    model = keras_vit.VisionTransformer(image_size=32, patch_size=8, hidden_size=16, num_layers=1,
-                                        num_heads=2, mlp_dim=32)
+    model = keras_vit.ViTImageClassifier(image_size=32, patch_size=8, hidden_size=16,
+                                         num_layers=1, num_heads=2, mlp_dim=32)
     with pytest.raises(ValueError, match="larger than the image"):
         keras_vit.resize_patch_size(model, 64)
     with pytest.raises(ValueError, match="not a multiple of the new patch size"):
         keras_vit.resize_patch_size(model, 5)
-    with pytest.raises(TypeError, match="takes a VisionTransformer"):
+    with pytest.raises(TypeError, match="takes a ViTImageClassifier or a ViTBackbone"):
         keras_vit.resize_patch_size(keras_vit.ResNetV2([1], 0.5, image_size=32), 4)

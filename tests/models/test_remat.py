@@ -27,7 +27,7 @@ def test_remat_gives_the_same_outputs_and_gradients(monkeypatch):
     results = {}
     init = None
     for remat in (False, True):
-        model = keras_vit.VisionTransformer(**CONFIG, remat=remat)
+        model = keras_vit.ViTImageClassifier(**CONFIG, remat=remat)
         assert all(model.get_layer(f"encoderblock_{i}").config.remat == remat for i in range(2))
         if init is None:
             init = model.get_weights()
@@ -51,11 +51,11 @@ def test_remat_gives_the_same_outputs_and_gradients(monkeypatch):
 
 
 def test_remat_round_trips_and_refuses_dropout():
-    model = keras_vit.VisionTransformer(**dict(CONFIG, num_layers=1), remat=True)
-    assert model.get_config()["remat"] is True
-    assert keras_vit.VisionTransformer.from_config(model.get_config()).remat is True
+    model = keras_vit.ViTImageClassifier(**dict(CONFIG, num_layers=1), remat=True)
+    assert model.get_config()["config"]["encoder"]["remat"] is True
+    assert keras_vit.ViTImageClassifier.from_config(model.get_config()).config.encoder.remat
     assert EncoderBlock.from_config(model.get_layer("encoderblock_0").get_config()).config.remat
     with pytest.raises(ValueError, match="remat=True needs dropout_rate=0"):
-        keras_vit.VisionTransformer(**CONFIG, remat=True, dropout_rate=0.1)
+        keras_vit.ViTImageClassifier(**CONFIG, remat=True, dropout_rate=0.1)
     with pytest.raises(ValueError, match="remat=True needs dropout_rate=0"):
         EncoderConfig(1, 2, 8, attention_dropout_rate=0.1, remat=True)

@@ -1,3 +1,6 @@
+"""resize_model: another resolution with every weight carried over (paper Sec. 3.2), on a
+classifier, a backbone and a ResNet."""
+
 import keras
 import numpy as np
 import pytest
@@ -10,7 +13,7 @@ def _tiny(**kwargs):
     config = dict(image_size=16, patch_size=4, hidden_size=16, num_layers=2, num_heads=2,
                   mlp_dim=32, num_classes=10, num_channels=1)
     config.update(kwargs)
-    model = keras_vit.VisionTransformer(**config)
+    model = keras_vit.ViTImageClassifier(**config)
     for v in model.weights:
         v.assign(np.random.default_rng(len(v.path)).normal(size=v.shape).astype("float32") * 0.1)
     return model
@@ -24,7 +27,7 @@ def _posemb(model):
 def test_resize_model_carries_weights_and_resizes_posemb(classifier):
     model = _tiny(classifier=classifier)
     bigger = keras_vit.resize_model(model, 32)
-    assert bigger.image_size == (32, 32) and bigger.grid_size == (8, 8)
+    assert bigger.config.image_size == (32, 32) and bigger.config.grid == (8, 8)
     expected = keras_vit.resize_position_embedding(_posemb(model), 8, classifier == "token")
     np.testing.assert_array_equal(_posemb(bigger), expected)
     for layer in weight_layers(model):
@@ -58,18 +61,20 @@ def test_resize_errors():
         keras_vit.resize_model(model, 30)
     with pytest.raises(ValueError, match="resolution 18 is not a multiple .* 16 or 20"):
         keras_vit.resize_model(model, (16, 18))
-    with pytest.raises(ValueError, match="no config entries"):
+    with pytest.raises(TypeError, match="no setting 'image_sise'"):
         rebuild(model, image_sise=32)
+    with pytest.raises(ValueError, match="ResNetV2 has no setting image_sise"):
+        rebuild(keras_vit.ResNetV2([1], 0.5, image_size=32), image_sise=32)
 
 
 @pytest.mark.parametrize("classifier", ["token", "gap"])
 def test_resize_between_non_square_grids(classifier):
     wide = _tiny(image_size=(12, 20), classifier=classifier)
-    assert wide.grid_size == (3, 5)
+    assert wide.config.grid == (3, 5)
     token = classifier == "token"
     for size, grid in (((32, 16), (8, 4)), ((8, 36), (2, 9)), (24, (6, 6))):
         resized = keras_vit.resize_model(wide, size)
-        assert resized.grid_size == grid
+        assert resized.config.grid == grid
         expected = keras_vit.resize_position_embedding(_posemb(wide), grid, token, (3, 5))
         np.testing.assert_array_equal(_posemb(resized), expected)
     # a square start keeps today's square result, and goes to a non-square grid as well
@@ -93,7 +98,7 @@ def test_resize_learned_2d_and_no_position_embeddings():
     got = keras.ops.convert_to_numpy(wide.get_layer("posembed_input").position_embeddings())
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
     plain = keras_vit.resize_model(_tiny(position_embedding="none"), (32, 8))
-    assert plain.image_size == (32, 8)
+    assert plain.config.image_size == (32, 8)
 
 
 def test_resize_every_layer_placement():
@@ -109,16 +114,36 @@ def test_relative_position_embeddings_are_refused():
     model = _tiny(position_embedding="relative")
     with pytest.raises(ValueError, match="relative position embeddings"):
         keras_vit.resize_model(model, 32)
-    assert keras_vit.resize_model(model, 16).image_size == (16, 16)
+    assert keras_vit.resize_model(model, 16).config.image_size == (16, 16)
 
 
 def test_hybrid_resize():
-    model = keras_vit.VisionTransformer(
+    model = keras_vit.ViTImageClassifier(
         image_size=32, patch_size=1, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
-        num_classes=4, resnet=dict(num_layers=(1,), width_factor=1))
+        num_classes=4, stem=dict(num_layers=(1,), width_factor=1))
     bigger = keras_vit.resize_model(model, 2 * 32)
     stem, new_stem = model.get_layer("resnet"), bigger.get_layer("resnet")
     for a, b in zip(stem.get_weights(), new_stem.get_weights()):
         np.testing.assert_array_equal(a, b)
-    expected = keras_vit.resize_position_embedding(_posemb(model), bigger.grid_size, True)
+    expected = keras_vit.resize_position_embedding(_posemb(model), bigger.config.grid, True)
     np.testing.assert_array_equal(_posemb(bigger), expected)
+
+
+def test_a_backbone_resizes_to_a_backbone():
+    backbone = _tiny().backbone
+    bigger = keras_vit.resize_model(backbone, 32)
+    assert isinstance(bigger, keras_vit.ViTBackbone) and bigger.config.head is None
+    expected = keras_vit.resize_position_embedding(_posemb(backbone), 8, True)
+    np.testing.assert_array_equal(_posemb(bigger), expected)
+    images = np.random.default_rng(2).uniform(-1, 1, (2, 32, 32, 1)).astype("float32")
+    assert bigger.predict(images, verbose=0)["pooled"].shape == (2, 16)
+
+
+def test_a_resnet_takes_another_size_with_the_same_weights():
+    for image_size in (32, None):  # a fixed size, and a model of any size
+        model = keras_vit.ResNetV2([1], 0.5, num_classes=3, image_size=image_size)
+        bigger = keras_vit.resize_model(model, 64)
+        assert bigger.image_size == (64, 64)
+        for a, b in zip(model.get_weights(), bigger.get_weights()):
+            np.testing.assert_array_equal(a, b)
+    assert keras_vit.resize_model(model, None).image_size is None

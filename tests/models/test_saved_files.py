@@ -1,6 +1,8 @@
-"""``.keras`` files load and compute the logits they were saved with; files of the earlier layout
-(attention projections as raw weights) give an error naming the fix, and convert exactly."""
+"""``.keras`` files load and compute the logits they were saved with; files of the two earlier
+layouts (a flat ``VisionTransformer`` config; attention projections as raw weights) give an
+error naming the fix, and convert exactly."""
 
+import json
 import os
 import zipfile
 
@@ -9,15 +11,16 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.models import axial, upgrade, vit  # noqa: F401  (the classes the files name)
+from keras_vit.models import upgrade
 
 FOLDER = os.path.join(os.path.dirname(__file__), "..", "fixtures", "keras")
-OLD = os.path.join(FOLDER, "raw_attention")
 NAMES = ["vit_token_learned_1d", "hybrid_gap_learned_2d", "axial_vit_token"]
-# An old file and the images and logits it was saved with.
-OLD_FILES = [(os.path.join(OLD, f"{name}.keras"), os.path.join(FOLDER, f"{name}_io.npz"))
-             for name in NAMES] + [(os.path.join(OLD, "axial_resnet.keras"),
-                                   os.path.join(OLD, "axial_resnet_io.npz"))]
+# A file of an earlier layout and the images and logits it was saved with.
+OLD_FILES = [(os.path.join(FOLDER, layout, f"{name}.keras"),
+              os.path.join(FOLDER, f"{name}_io.npz"))
+             for layout in ("flat_config", "raw_attention") for name in NAMES]
+AXIAL_RESNET = (os.path.join(FOLDER, "raw_attention", "axial_resnet.keras"),
+                os.path.join(FOLDER, "raw_attention", "axial_resnet_io.npz"))
 
 
 def _logits(model, io_path):
@@ -25,37 +28,109 @@ def _logits(model, io_path):
     return keras.ops.convert_to_numpy(model(io["images"])), io["outputs"]
 
 
+def _id(path):
+    return "/".join(path.split(os.sep)[-2:]) if isinstance(path, str) else None
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_saved_file_loads_with_the_same_outputs(name):
     model = keras.saving.load_model(os.path.join(FOLDER, f"{name}.keras"))
+    assert isinstance(model, keras_vit.ViTImageClassifier)
+    assert model.config.encoder.axial == (name == "axial_vit_token")
     outputs, expected = _logits(model, os.path.join(FOLDER, f"{name}_io.npz"))
     np.testing.assert_allclose(outputs, expected, atol=1e-5)
 
 
-@pytest.mark.parametrize("old, io", OLD_FILES, ids=lambda p: os.path.basename(p))
-def test_a_file_of_the_raw_weight_layout_names_the_conversion(old, io):
-    with pytest.raises(ValueError, match=r"raw weights.*upgrade_keras_file\('old.keras'"):
+@pytest.mark.parametrize("old, io", OLD_FILES, ids=_id)
+def test_a_vit_file_of_an_earlier_layout_names_the_conversion(old, io):
+    with pytest.raises(ValueError, match=r"earlier layout.*keras_vit.models.upgrade."
+                                         r"upgrade_keras_file\('old.keras'"):
         keras.saving.load_model(old)
 
 
-@pytest.mark.parametrize("old, io", OLD_FILES, ids=lambda p: os.path.basename(p))
-def test_a_file_of_the_raw_weight_layout_converts_with_the_same_outputs(old, io, tmp_path):
+def test_an_axial_resnet_file_of_raw_weights_names_the_conversion():
+    with pytest.raises(ValueError, match=r"raw weights.*upgrade_keras_file\('old.keras'"):
+        keras.saving.load_model(AXIAL_RESNET[0])
+
+
+@pytest.mark.parametrize("old, io", [*OLD_FILES, AXIAL_RESNET], ids=_id)
+def test_a_file_of_an_earlier_layout_converts_with_the_same_outputs(old, io, tmp_path):
     target = str(tmp_path / "new.keras")
     converted = upgrade.upgrade_keras_file(old, target)
     np.testing.assert_allclose(*_logits(converted, io), atol=1e-5)
-    np.testing.assert_allclose(*_logits(keras.saving.load_model(target), io), atol=1e-5)
+    loaded = keras.saving.load_model(target)
+    np.testing.assert_allclose(*_logits(loaded, io), atol=1e-5)
+    if "axial_resnet" not in old:  # the ViT files: today's classifier, of the same settings
+        today = keras.saving.load_model(os.path.join(FOLDER, os.path.basename(old)))
+        assert type(loaded) is keras_vit.ViTImageClassifier
+        assert loaded.config == today.config and loaded.name == today.name
 
 
-def test_old_weights_files_load_through_load_legacy_weights(tmp_path):
-    old, io = OLD_FILES[0]
+def test_the_flat_config_maps_onto_a_vit_config():
+    flat = dict(num_layers=1, num_heads=2, mlp_dim=16, hidden_size=8, classifier="gap",
+                image_size=[16, 16], patch_size=2, num_classes=3, representation_size=None,
+                head_kernel_initializer="zeros", head_bias_init=-10.0, num_channels=1,
+                resnet={"num_layers": [], "width_factor": 0.5}, position_embedding_grid=None,
+                name="vit", trainable=True, dtype="float32")
+    config = upgrade.flat_config("VisionTransformer", flat)
+    assert config.stem == keras_vit.models.description.Stem((), 0.5)
+    assert (config.head.num_classes, config.head.bias_init) == (3, -10.0)
+    assert config.patches.num_channels == 1 and not config.encoder.axial
+    assert upgrade.flat_config("AxialVisionTransformer", flat).encoder.axial
+    assert upgrade.flat_config("VisionTransformer", dict(flat, num_classes=None)).head is None
+    with pytest.raises(ValueError, match="pre_logits layer.*no form"):
+        upgrade.flat_config("VisionTransformer", dict(flat, num_classes=None,
+                                                      representation_size=4))
+
+
+def _flat_feature_extractor(tmp_path):
+    """The flat-layout file of a feature extractor (``num_classes=None``): the flat ViT file
+    with its config's head settings cleared and its head's weights left out, as the earlier
+    ``VisionTransformer`` wrote it."""
+    import h5py
+
+    source, target = OLD_FILES[0][0], str(tmp_path / "features.keras")
+    with zipfile.ZipFile(source) as archive, zipfile.ZipFile(target, "w") as out:
+        config = json.loads(archive.read("config.json"))
+        config["config"].update(num_classes=None, representation_size=None)
+        out.writestr("config.json", json.dumps(config))
+        out.writestr("metadata.json", archive.read("metadata.json"))
+        archive.extract("model.weights.h5", tmp_path)
+        with h5py.File(tmp_path / "model.weights.h5", "r+") as h5:
+            for name in ("dense", "dense_1"):
+                del h5["layers"][name]
+        out.write(tmp_path / "model.weights.h5", "model.weights.h5")
+    return target
+
+
+def test_a_feature_extractor_of_the_flat_layout_becomes_a_backbone(tmp_path):
+    old = _flat_feature_extractor(tmp_path)
+    with pytest.raises(ValueError, match="upgrade_keras_file"):
+        keras.saving.load_model(old)
+    backbone = upgrade.upgrade_keras_file(old, str(tmp_path / "backbone.keras"))
+    assert type(backbone) is keras_vit.ViTBackbone
+    classifier = keras.saving.load_model(os.path.join(FOLDER, f"{NAMES[0]}.keras"))
+    assert backbone.config == classifier.config.replace(head=None)
+    images = np.load(OLD_FILES[0][1])["images"]
+    np.testing.assert_array_equal(backbone.predict(images, verbose=0)["pooled"],
+                                  classifier.backbone.predict(images, verbose=0)["pooled"])
+
+
+def _old_weights(old, tmp_path):
     with zipfile.ZipFile(old) as archive:  # a .keras file's weights are a .weights.h5 file
         archive.extract("model.weights.h5", tmp_path)
     weights = str(tmp_path / "old.weights.h5")
     os.rename(tmp_path / "model.weights.h5", weights)
+    return weights
+
+
+@pytest.mark.parametrize("old, io", [OLD_FILES[0], OLD_FILES[3]], ids=_id)
+def test_old_weights_files_load_through_load_legacy_weights(old, io, tmp_path):
+    weights = _old_weights(old, tmp_path)
     model = keras.saving.load_model(os.path.join(FOLDER, f"{NAMES[0]}.keras"))
     for variable in model.weights:
         variable.assign(np.zeros(variable.shape, variable.dtype))
-    with pytest.raises(ValueError, match="load_legacy_weights"):
+    with pytest.raises(ValueError, match=r"earlier layout.*load_legacy_weights\(model"):
         model.load_weights(weights)
     upgrade.load_legacy_weights(model, weights)
     np.testing.assert_allclose(*_logits(model, io), atol=1e-5)
@@ -63,11 +138,12 @@ def test_old_weights_files_load_through_load_legacy_weights(tmp_path):
 
 def test_conversion_refuses_a_file_of_another_model(tmp_path):
     old, _ = OLD_FILES[0]
-    model = keras_vit.VisionTransformer(image_size=8, patch_size=4, hidden_size=8, num_layers=2,
-                                        num_heads=2, mlp_dim=16, num_classes=3)
-    with zipfile.ZipFile(old) as archive:
-        archive.extract("model.weights.h5", tmp_path)
+    model = keras_vit.ViTImageClassifier(image_size=8, patch_size=4, hidden_size=8,
+                                         num_layers=2, num_heads=2, mlp_dim=16, num_classes=3)
+    weights = _old_weights(old, tmp_path)
     with pytest.raises(ValueError, match="no weight for layers"):
-        upgrade.load_legacy_weights(model, str(tmp_path / "model.weights.h5"))
+        upgrade.load_legacy_weights(model, weights)
+    with pytest.raises(ValueError, match="could not be loaded"):  # Keras' own error stands
+        model.load_weights(weights)
     with pytest.raises(ValueError, match="new name"):
         upgrade.upgrade_keras_file(old, old)

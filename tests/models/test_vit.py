@@ -1,4 +1,5 @@
-"""VisionTransformer: architecture, names, init, attention paths, serialisation, bad input."""
+"""ViTImageClassifier and ViTBackbone: architecture, names, init, attention paths, serialisation,
+bad input, a new head on the same backbone."""
 
 import math
 
@@ -20,19 +21,19 @@ def tiny(**kwargs):
     config = dict(image_size=32, patch_size=4, hidden_size=32, num_layers=2, num_heads=4,
                   mlp_dim=64, num_classes=10)
     config.update(kwargs)
-    return keras_vit.VisionTransformer(**config)
+    return keras_vit.ViTImageClassifier(**config)
 
 
 @pytest.mark.parametrize("name", ["ViT-S/32", "ViT-B/8", "ViT-B/32", "ViT-L/32", "ViT-B_16"])
 def test_paper_names_parse(name):
     config = keras_vit.models.registry.model_config(name)
-    assert config["patch_size"] == int(name.split("/")[-1].split("_")[-1])
+    assert config.patches.patch_size == int(name.split("/")[-1].split("_")[-1])
 
 
 def test_any_size_any_patch():
     model = keras_vit.create_model("ViT-Ti/4", image_size=28, num_classes=10, num_channels=1)
-    assert model.grid_size == (7, 7)
-    assert model.hidden_size == 192 and model.num_layers == 12
+    assert model.config.grid == (7, 7)
+    assert model.config.encoder.hidden_size == 192 and model.config.encoder.num_layers == 12
     assert model(np.zeros((2, 28, 28, 1), "float32")).shape == (2, 10)
 
 
@@ -44,8 +45,8 @@ def test_unknown_name_lists_valid_names():
 
 
 def test_large_models_use_official_dropout():
-    assert keras_vit.models.registry.model_config("ViT-L/16")["dropout_rate"] == 0.1
-    assert keras_vit.models.registry.model_config("ViT-B/16")["dropout_rate"] == 0.0
+    assert keras_vit.models.registry.model_config("ViT-L/16").encoder.dropout_rate == 0.1
+    assert keras_vit.models.registry.model_config("ViT-B/16").encoder.dropout_rate == 0.0
 
 
 def test_patchify_equals_patch_embedding():
@@ -76,7 +77,7 @@ def test_image_size_not_divisible_is_a_clear_error():
 
 def test_rectangular_images():
     model = tiny(image_size=(32, 16))
-    assert model.grid_size == (8, 4)
+    assert model.config.grid == (8, 4)
     assert model(np.zeros((1, 32, 16, 3), "float32")).shape == (1, 10)
 
 
@@ -102,17 +103,47 @@ def test_token_and_gap_structure():
     token, gap = tiny(), tiny(classifier="gap")
     assert token.get_layer("posembed_input").pos_embedding.shape == (1, 65, 32)
     assert gap.get_layer("posembed_input").pos_embedding.shape == (1, 64, 32)
-    assert "cls" not in [layer.name for layer in gap.layers]
+    assert gap.backbone.encoder.sublayer("cls") is None
     assert gap.count_params() == token.count_params() - 32 - 32
 
 
 def test_feature_extractor_and_representation():
-    model = tiny(representation_size=16, num_classes=None)
+    model = tiny(representation_size=16)
     images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
-    features = _np(model(images))
+    features = _np(model.feature_extractor()(images))
     assert features.shape == (2, 16)
     assert np.all(np.abs(features) <= 1.0)  # tanh pre-logits
-    np.testing.assert_allclose(_np(model.feature_extractor()(images)), features, atol=1e-6)
+    pooled = _np(model.backbone(images)["pooled"])
+    pre_logits = model.get_layer("pre_logits")
+    np.testing.assert_allclose(features, np.tanh(pooled @ _np(pre_logits.kernel)
+                                                 + _np(pre_logits.bias)), atol=1e-5)
+    plain = tiny()  # without pre_logits the features are the backbone's pooled token
+    np.testing.assert_allclose(_np(plain.feature_extractor()(images)),
+                               _np(plain.backbone(images)["pooled"]), atol=1e-6)
+
+
+def test_the_backbone_gives_tokens_and_pooled():
+    backbone = keras_vit.ViTBackbone(image_size=32, patch_size=4, hidden_size=32, num_layers=2,
+                                     num_heads=4, mlp_dim=64, classifier="gap")
+    assert backbone.config.head is None
+    images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    outputs = backbone(images)
+    tokens, pooled = _np(outputs["tokens"]), _np(outputs["pooled"])
+    assert tokens.shape == (2, 64, 32)
+    np.testing.assert_allclose(pooled, tokens.mean(axis=1), atol=1e-5)  # GAP (Eq. 4's y)
+    # flat keywords with num_classes=None build it too
+    same = keras_vit.create_model("ViT-Ti/4", image_size=28, num_classes=None, num_channels=1)
+    assert isinstance(same, keras_vit.ViTBackbone)
+
+
+def test_a_new_task_is_the_same_backbone_with_a_zero_head():
+    model = tiny(head_kernel_initializer="glorot_uniform", head_bias_init=-10.0)
+    task = keras_vit.ViTImageClassifier(model.backbone, num_classes=3)
+    assert task.backbone is model.backbone and task.config.head.num_classes == 3
+    images = np.random.default_rng(1).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    np.testing.assert_array_equal(_np(task(images)), np.zeros((2, 3)))
+    with pytest.raises(TypeError, match="only head settings"):
+        keras_vit.ViTImageClassifier(model.backbone, num_classes=3, hidden_size=64)
 
 
 def test_initialisation_follows_the_official_code():
@@ -136,9 +167,10 @@ def test_attention_paths_agree_and_probabilities_are_valid():
     layer = MultiHeadSelfAttention(num_heads=4)
     x = np.random.default_rng(1).normal(size=(2, 7, 32)).astype("float32")
     fast = _np(layer(x))
-    explicit, probs = layer(x, return_attention_scores=True)
-    np.testing.assert_allclose(_np(explicit), fast, atol=1e-5)
-    probs = _np(probs)
+    probs = _np(layer.probabilities(x))
+    v = _np(layer.value(x)).reshape(2, 7, 4, 8)
+    context = np.einsum("bhqk,bkhd->bqhd", probs, v).reshape(2, 7, 32)
+    np.testing.assert_allclose(_np(layer.out(context)), fast, atol=1e-5)
     assert probs.shape == (2, 4, 7, 7)
     np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)
 
@@ -147,10 +179,11 @@ def test_attention_model_shares_weights_and_leaves_outputs_unchanged():
     model = tiny()
     images = np.random.default_rng(2).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
     before = _np(model(images))
-    probs = model.attention_model()(images)
+    probs = model.backbone.attention_model()(images)
     assert len(probs) == 2 and probs[0].shape == (2, 4, 65, 65)
     np.testing.assert_array_equal(_np(model(images)), before)
-    assert len(model.attention_model().weights) < len(model.weights)  # no head, shared blocks
+    # no head, shared blocks
+    assert len(model.backbone.attention_model().weights) < len(model.weights)
 
 
 def test_dropout_only_in_training():
@@ -168,8 +201,8 @@ def test_keras_file_round_trip(tmp_path):
     path = str(tmp_path / "model.keras")
     model.save(path)
     loaded = keras.saving.load_model(path)
-    assert isinstance(loaded, keras_vit.VisionTransformer)
-    assert loaded.get_config() == model.get_config()
+    assert isinstance(loaded, keras_vit.ViTImageClassifier)
+    assert loaded.get_config() == model.get_config() and loaded.config == model.config
     np.testing.assert_array_equal(_np(loaded(images)), _np(model(images)))
 
 

@@ -1,4 +1,5 @@
-"""VisionTransformer(position_embedding=..., position_embedding_placement=...): Table 8 variants."""
+"""ViTImageClassifier(position_embedding=..., position_embedding_placement=...): Table 8
+variants."""
 
 import os
 
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit import VisionTransformer
+from keras_vit import ViTImageClassifier
 from keras_vit.models.resize import weight_layers
 
 VARIANTS = [
@@ -25,7 +26,7 @@ HIDDEN = 8
 
 
 def tiny(kind="learned_1d", placement="stem", classifier="token", num_layers=2):
-    return VisionTransformer(
+    return ViTImageClassifier(
         image_size=8, patch_size=4, hidden_size=HIDDEN, num_layers=num_layers, num_heads=2,
         mlp_dim=16, num_classes=3, classifier=classifier, position_embedding=kind,
         position_embedding_placement=placement, head_kernel_initializer="glorot_uniform",
@@ -50,7 +51,7 @@ def test_variant_trains_attends_and_round_trips(kind, placement, tmp_path):
     model = tiny(kind, placement)
     images = _images()
     before = _np(model(images))
-    probs = [_np(p) for p in model.attention_model()(images)]
+    probs = [_np(p) for p in model.backbone.attention_model()(images)]
     assert [p.shape for p in probs] == [(4, 2, 5, 5)] * 2
     np.testing.assert_allclose(np.sum(probs, axis=-1), 1.0, atol=1e-5)
     np.testing.assert_array_equal(_np(model(images)), before)
@@ -74,8 +75,8 @@ def test_variant_trains_attends_and_round_trips(kind, placement, tmp_path):
 
 def test_default_is_the_official_layout():
     model = tiny()
-    assert model.position_embedding == "learned_1d"
-    assert model.position_embedding_placement == "stem"
+    assert model.config.encoder.position_embedding == "learned_1d"
+    assert model.config.encoder.position_embedding_placement == "stem"
     assert _position_weights(model) == {"Transformer/posembed_input/pos_embedding": (1, 5, HIDDEN)}
 
 
@@ -100,7 +101,7 @@ def test_none_has_no_position_weights():
     assert _position_weights(model) == {}
     assert tiny("learned_1d").count_params() - model.count_params() == 5 * HIDDEN
     with pytest.raises(ValueError, match="no absolute position embedding"):
-        model.position_embedding_layer()
+        model.backbone.position_embedding_layer()
 
 
 def test_none_is_permutation_equivariant_over_patches():
@@ -121,7 +122,7 @@ def test_every_layer_has_one_table_per_block_and_shared_one_in_all():
     shared = tiny("learned_1d", "every_layer_shared", num_layers=3)
     assert list(_position_weights(shared)) == ["Transformer/posembed_shared/pos_embedding"]
     layer = shared.get_layer("posembed_shared")
-    assert all(shared.position_embedding_layer(i) is layer for i in range(3))
+    assert all(shared.backbone.position_embedding_layer(i) is layer for i in range(3))
 
 
 @pytest.mark.parametrize("kind", ["learned_1d", "learned_2d"])
@@ -148,7 +149,7 @@ def test_shared_equals_every_layer_with_equal_tables(kind):
 def test_stem_placement_adds_the_table_once_to_the_class_token_and_patches():
     model = tiny("learned_2d")
     grid = np.random.default_rng(2).normal(size=(2, ROWS, COLS, HIDDEN)).astype("float32")
-    tokens, _ = model.encoder.embed(grid)
+    tokens, _ = model.backbone.encoder.embed(grid)
     cls = _np(model.get_layer("cls").cls)
     table = _np(model.get_layer("posembed_input").position_embeddings())
     expected = np.concatenate([np.repeat(cls, 2, axis=0), grid.reshape(2, -1, HIDDEN)], 1) + table
@@ -172,7 +173,7 @@ def test_bad_position_options_are_rejected(kwargs, message):
                   mlp_dim=16, num_classes=3)
     config.update(kwargs)
     with pytest.raises(ValueError, match=message):
-        VisionTransformer(**config)
+        ViTImageClassifier(**config)
 
 
 @pytest.mark.parametrize("kind, placement", VARIANTS[1:])
@@ -194,11 +195,13 @@ def test_official_format_round_trips_the_default_and_refuses_variant_overrides(t
         keras_vit.load_checkpoint(path, position_embedding="learned_2d")
 
 
-def test_old_configs_without_position_keys_still_load():
+def test_configs_without_position_keys_take_the_defaults():
     config = tiny().get_config()
-    del config["position_embedding"], config["position_embedding_placement"]
-    model = VisionTransformer.from_config(config)
-    assert (model.position_embedding, model.position_embedding_placement) == ("learned_1d", "stem")
+    del config["config"]["encoder"]["position_embedding"]
+    del config["config"]["encoder"]["position_embedding_placement"]
+    encoder = ViTImageClassifier.from_config(config).config.encoder
+    assert (encoder.position_embedding, encoder.position_embedding_placement) == (
+        "learned_1d", "stem")
 
 
 def test_create_model_passes_the_options():
@@ -206,5 +209,5 @@ def test_create_model_passes_the_options():
                                    hidden_size=8, num_heads=2, mlp_dim=16,
                                    position_embedding="learned_2d",
                                    position_embedding_placement="every_layer")
-    assert model.position_embedding_layer(0).name == "posembed_0"
+    assert model.backbone.position_embedding_layer(0).name == "posembed_0"
     assert model.get_layer("posembed_0").grid_size == (2, 2)

@@ -42,9 +42,9 @@ def _polyak(steps, momentum):
 
 
 def _tiny():
-    return keras_vit.VisionTransformer(image_size=8, patch_size=4, hidden_size=8, num_layers=1,
-                                       num_heads=2, mlp_dim=16, num_classes=3,
-                                       head_kernel_initializer="glorot_uniform")
+    return keras_vit.ViTImageClassifier(image_size=8, patch_size=4, hidden_size=8,
+                                        num_layers=1, num_heads=2, mlp_dim=16, num_classes=3,
+                                        head_kernel_initializer="glorot_uniform")
 
 
 def test_fit_leaves_the_polyak_average_in_the_model():

@@ -12,7 +12,8 @@ from keras_vit.training.mpp import quantized_colors
 def _vit(image_size=8, patch_size=4, **kwargs):
     config = dict(hidden_size=8, num_layers=1, num_heads=2, mlp_dim=16, num_classes=5)
     config.update(kwargs)
-    return keras_vit.VisionTransformer(image_size=image_size, patch_size=patch_size, **config)
+    return keras_vit.ViTImageClassifier(image_size=image_size, patch_size=patch_size,
+                                        **config)
 
 
 def _images(count, size=8, channels=3, seed=0):
@@ -128,7 +129,7 @@ def test_fit_on_images_only_trains_the_shared_encoder():
     vit = _vit()
     mpp = MaskedPatchPrediction(vit, seed=0)
     assert mpp.encoder is vit
-    assert mpp.trunk.get_layer("Transformer") is vit.encoder
+    assert mpp.trunk.get_layer("Transformer") is vit.backbone.encoder
     before = [np.array(w) for w in vit.get_weights()]
     head_before = [np.array(w) for w in vit.get_layer("head").get_weights()]
 
@@ -160,7 +161,7 @@ def test_l2_target_trains(tmp_path):
     mpp.save(path)
     loaded = keras.saving.load_model(path)
     assert isinstance(loaded, MaskedPatchPrediction) and loaded.target == "l2"
-    assert isinstance(loaded.encoder, keras_vit.VisionTransformer)
+    assert isinstance(loaded.encoder, keras_vit.ViTImageClassifier)
     for name in ("embedding", "posembed_input", "encoderblock_0", "encoder_norm"):
         for a, b in zip(
             vit.get_layer(name).get_weights(), loaded.encoder.get_layer(name).get_weights()
@@ -171,7 +172,7 @@ def test_l2_target_trains(tmp_path):
 
 def test_bad_arguments_are_clear_errors():
     vit = _vit()
-    with pytest.raises(TypeError, match="VisionTransformer"):
+    with pytest.raises(TypeError, match="needs a keras_vit ViT"):
         MaskedPatchPrediction(keras.Sequential([keras.layers.Dense(2)]))
     with pytest.raises(ValueError, match="Unknown target"):
         MaskedPatchPrediction(vit, target="colour")
@@ -183,3 +184,16 @@ def test_bad_arguments_are_clear_errors():
         MaskedPatchPrediction(_vit(image_size=6, patch_size=3), target="color_3bit_4x4")
     with pytest.raises(ValueError, match="optimizer only"):
         MaskedPatchPrediction(vit).compile("adam", loss="mse")
+
+
+def test_a_backbone_trains_alone_and_a_hybrid_predicts_per_stride():
+    backbone = keras_vit.ViTBackbone(image_size=8, patch_size=4, hidden_size=8, num_layers=1,
+                                     num_heads=2, mlp_dim=16)
+    mpp = MaskedPatchPrediction(backbone, seed=0)
+    assert mpp.encoder is backbone and mpp.patch_size == 4
+    mpp.compile(keras.optimizers.Adam(1e-2))
+    before = [np.array(w) for w in backbone.get_weights()]
+    mpp.fit(_images(4), batch_size=4, epochs=1, verbose=0)
+    assert any(not np.allclose(a, b) for a, b in zip(before, backbone.get_weights()))
+    hybrid = _vit(image_size=16, patch_size=1, stem=dict(num_layers=[], width_factor=0.5))
+    assert MaskedPatchPrediction(hybrid).patch_size == 4  # the root's /4, patch 1 on its map

@@ -109,29 +109,48 @@ def _tiny(**kwargs):
     config = dict(image_size=16, patch_size=4, hidden_size=16, num_layers=1, num_heads=2,
                   mlp_dim=32, num_classes=10, num_channels=1)
     config.update(kwargs)
-    model = keras_vit.VisionTransformer(**config)
+    model = keras_vit.ViTImageClassifier(**config)
     for v in model.weights:  # non-zero everything, the head included
         v.assign(np.random.default_rng(len(v.path)).normal(size=v.shape).astype("float32"))
     return model
 
 
-def test_prepare_finetuning_replaces_head_and_drops_pre_logits():
+def test_prepare_finetuning_puts_a_zero_head_on_the_same_backbone():
     model = _tiny(representation_size=8, head_bias_init=-10.0)
     tuned = training.prepare_finetuning(model, 5)
-    assert tuned.num_classes == 5 and tuned.representation_size is None
+    assert tuned.config.head == keras_vit.models.description.Head(num_classes=5)
+    assert tuned.backbone is model.backbone  # paper Sec. 3.2: a new head, the same backbone
     head = tuned.get_layer("head")
     assert not np.any(head.get_weights()[0]) and not np.any(head.get_weights()[1])
-    for name in ("embedding", "cls", "posembed_input", "encoderblock_0", "encoder_norm"):
-        for a, b in zip(model.get_layer(name).get_weights(), tuned.get_layer(name).get_weights()):
-            np.testing.assert_array_equal(a, b)
+    images = np.random.default_rng(0).uniform(-1, 1, (2, 16, 16, 1)).astype("float32")
+    np.testing.assert_array_equal(tuned.predict(images, verbose=0), np.zeros((2, 5)))
     kept = training.prepare_finetuning(model, 5, keep_pre_logits=True)
+    assert kept.config.head.representation_size == 8
     np.testing.assert_array_equal(kept.get_layer("pre_logits").get_weights()[0],
                                   model.get_layer("pre_logits").get_weights()[0])
+    # a backbone alone gets a head too
+    assert training.prepare_finetuning(model.backbone, 4).config.head.num_classes == 4
 
 
 def test_prepare_finetuning_at_a_new_resolution():
     model = _tiny()
     tuned = training.prepare_finetuning(model, 3, image_size=32)
-    assert tuned.image_size == (32, 32)
+    assert tuned.config.image_size == (32, 32) and tuned.backbone is not model.backbone
+    for name in ("embedding", "cls", "encoderblock_0", "encoder_norm"):
+        for a, b in zip(model.get_layer(name).get_weights(), tuned.get_layer(name).get_weights()):
+            np.testing.assert_array_equal(a, b)
+    assert training.prepare_finetuning(model, 3, image_size=16).backbone is model.backbone
     with pytest.raises(ValueError, match="not a multiple of the model's stride 4"):
         training.prepare_finetuning(model, 3, image_size=30)
+
+
+@pytest.mark.parametrize("image_size", [32, None])
+def test_prepare_finetuning_a_bit_model_at_a_new_resolution(image_size):
+    model = keras_vit.ResNetV2([1], 0.5, num_classes=10, image_size=image_size,
+                               head_kernel_initializer="glorot_uniform")
+    tuned = training.prepare_finetuning(model, 3, image_size=64)
+    assert tuned.image_size == (64, 64) and tuned.num_classes == 3
+    assert not np.any(tuned.get_layer("head").get_weights()[0])
+    for a, b in zip(model.get_layer("block1").get_weights(),
+                    tuned.get_layer("block1").get_weights()):
+        np.testing.assert_array_equal(a, b)
