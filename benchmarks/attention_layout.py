@@ -4,7 +4,8 @@ Usage (one backend per process):
     KERAS_BACKEND=jax python benchmarks/attention_layout.py --rounds 10
     KERAS_BACKEND=torch python benchmarks/attention_layout.py --model ViT-S/16
 
-ViT-B/16 inference (224 px, batch 8) with the query/key/value/out projections as
+ViT-B/16 inference (224 px, batch 8; the backbones, no head) with the query/key/value/out
+projections as
 
 - ``separate``: four ``Dense`` layers, (D, D) kernels (keras_vit's layout);
 - ``fused``: one ``Dense`` of width 3D for q, k and v, split after the product, and ``out``;
@@ -40,7 +41,7 @@ class FusedAttention(attention.MultiHeadSelfAttention):
         self.out = keras.layers.Dense(dim, dtype=self.dtype_policy, name="out")
         self.out.build(input_shape)
 
-    def call(self, inputs, training=None, return_attention_scores=False, bias=None):
+    def call(self, inputs, training=None, bias=None):
         qkv = ops.reshape(self.qkv(inputs), (ops.shape(inputs)[0], -1, 3, self.num_heads,
                                              self.head_dim))
         context = ops.dot_product_attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2],
@@ -62,7 +63,7 @@ class RawAttention(attention.MultiHeadSelfAttention):
         self.out_kernel = self.add_weight(shape=(*heads, dim), name="out_kernel")
         self.out_bias = self.add_weight(shape=(dim,), name="out_bias", initializer="zeros")
 
-    def call(self, inputs, training=None, return_attention_scores=False, bias=None):
+    def call(self, inputs, training=None, bias=None):
         dim = self.hidden_size
         kernel = ops.concatenate([ops.reshape(k, (dim, dim)) for k in self.kernels], axis=1)
         biases = ops.concatenate([ops.reshape(b, (dim,)) for b in self.biases])
@@ -74,24 +75,33 @@ class RawAttention(attention.MultiHeadSelfAttention):
         return ops.matmul(context, ops.reshape(self.out_kernel, (dim, dim))) + self.out_bias
 
 
+def backbone(name, image_size):
+    """The ``ViTBackbone`` of ``name`` (no head: keras-hub's ``ViTBackbone`` has none)."""
+    return build_model(name, image_size=image_size, num_classes=None)
+
+
 def with_attention(layer_class, name, image_size):
-    """``build_model(name)`` whose blocks use ``layer_class`` for their attention."""
+    """``backbone(name)`` whose blocks use ``layer_class`` for their attention."""
     original = encoder.MultiHeadSelfAttention
     encoder.MultiHeadSelfAttention = layer_class
     try:
-        return build_model(name, image_size=image_size)
+        return backbone(name, image_size)
     finally:
         encoder.MultiHeadSelfAttention = original
 
 
-def keras_hub_vit(model):
+def keras_hub_vit(config):
+    """keras-hub's ``ViTBackbone`` of the shape of ``config`` (a ``ViTConfig``)."""
     import keras_hub
 
+    encoder_config = config.encoder
     return keras_hub.models.ViTBackbone(
-        image_shape=(*model.image_size, model.num_channels), patch_size=model.patch_size,
-        num_layers=model.num_layers, num_heads=model.num_heads, hidden_dim=model.hidden_size,
-        mlp_dim=model.mlp_dim, dropout_rate=0.0, attention_dropout=0.0,
-        layer_norm_epsilon=1e-6)
+        image_shape=(*config.image_size, config.patches.num_channels),
+        patch_size=config.patches.patch_size, num_layers=encoder_config.num_layers,
+        num_heads=encoder_config.num_heads, hidden_dim=encoder_config.hidden_size,
+        mlp_dim=encoder_config.mlp_dim, dropout_rate=0.0, attention_dropout=0.0,
+        layer_norm_epsilon=encoder_config.layer_norm_epsilon,
+        use_class_token=encoder_config.classifier == "token")
 
 
 def time_rounds(models, images, rounds, iters):
@@ -117,10 +127,10 @@ def main():
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--iters", type=int, default=2)
     args = parser.parse_args()
-    models = {"separate": build_model(args.model, image_size=args.image_size),
+    models = {"separate": backbone(args.model, args.image_size),
               "fused": with_attention(FusedAttention, args.model, args.image_size),
               "raw": with_attention(RawAttention, args.model, args.image_size)}
-    models["keras-hub"] = keras_hub_vit(models["separate"])
+    models["keras-hub"] = keras_hub_vit(models["separate"].config)
     images = np.random.default_rng(0).uniform(
         -1, 1, (args.batch, args.image_size, args.image_size, 3)).astype("float32")
     seconds = time_rounds(models, images, args.rounds, args.iters)

@@ -64,17 +64,23 @@ import keras_vit  # noqa: E402
 from keras_vit import data, inspection, training  # noqa: E402
 
 
-def build(args):
-    return keras_vit.VisionTransformer(
-        image_size=args.image_size, patch_size=args.patch_size, num_channels=1, num_classes=10,
-        hidden_size=args.width, num_layers=args.depth, num_heads=args.heads,
-        mlp_dim=args.mlp_dim, name="fashion_mnist_vit")
+def shipped_config():
+    """The description (``ViTConfig``) of the shipped model, ``inspection.fashion_mnist_vit``."""
+    return inspection.fashion_mnist_vit(trained=False).config
 
 
-def train(args):
+def build(args, shipped):
+    """The shipped architecture (``shipped``, its ``ViTConfig``) with the sizes of ``args``."""
+    config = shipped.replace(
+        image_size=args.image_size, patch_size=args.patch_size, hidden_size=args.width,
+        num_layers=args.depth, num_heads=args.heads, mlp_dim=args.mlp_dim)
+    return keras_vit.ViTImageClassifier(config=config, name="fashion_mnist_vit")
+
+
+def train(args, shipped):
     keras.utils.set_random_seed(args.seed)
-    model = build(args)
-    untrained = keras_vit.VisionTransformer.from_config(model.get_config())
+    model = build(args, shipped)
+    untrained = keras_vit.ViTImageClassifier.from_config(model.get_config())
     untrained.set_weights(model.get_weights())
     steps = args.measure or args.steps
     model.compile(
@@ -121,7 +127,8 @@ def report(model, untrained, args):
             rollout_on_object=float(inspection.rollout_object_share(
                 inspection.attention_rollout(net, images), images)[0].mean()))
     result["object_share_of_patches"] = float(
-        inspection.rollout_object_share(np.ones((len(images), *model.grid_size)), images)[1].mean())
+        inspection.rollout_object_share(np.ones((len(images), *model.config.grid)),
+                                        images)[1].mean())
     return result
 
 
@@ -145,13 +152,14 @@ def print_report(result):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    shipped = inspection.FASHION_MNIST_VIT  # the defaults: the shipped model's architecture
-    parser.add_argument("--image-size", type=int, default=shipped["image_size"])
-    parser.add_argument("--patch-size", type=int, default=shipped["patch_size"])
-    parser.add_argument("--width", type=int, default=shipped["hidden_size"])
-    parser.add_argument("--depth", type=int, default=shipped["num_layers"])
-    parser.add_argument("--heads", type=int, default=shipped["num_heads"])
-    parser.add_argument("--mlp-dim", type=int, default=shipped["mlp_dim"])
+    shipped = shipped_config()  # the defaults: the shipped model's architecture
+    encoder = shipped.encoder
+    parser.add_argument("--image-size", type=int, default=shipped.image_size[0])
+    parser.add_argument("--patch-size", type=int, default=shipped.patches.patch_size)
+    parser.add_argument("--width", type=int, default=encoder.hidden_size)
+    parser.add_argument("--depth", type=int, default=encoder.num_layers)
+    parser.add_argument("--heads", type=int, default=encoder.num_heads)
+    parser.add_argument("--mlp-dim", type=int, default=encoder.mlp_dim)
     parser.add_argument("--steps", type=int, default=3000)  # the shipped model
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--learning-rate", type=float, default=2e-3)
@@ -164,7 +172,7 @@ def main():
     parser.add_argument("--ship", help="also write the model as float16 package data here")
     parser.add_argument("--json", help="write the numbers here")
     args = parser.parse_args()
-    model, untrained, steps, seconds = train(args)
+    model, untrained, steps, seconds = train(args, shipped)
     print(f"{keras.backend.backend()}: {steps} steps of batch {args.batch_size} in {seconds:.0f} s"
           f" ({seconds / steps:.3f} s/step)", flush=True)
     if args.measure:

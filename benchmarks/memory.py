@@ -45,31 +45,32 @@ def xla_table(only=None):
     AxialResNet configurations (those whose label contains ``only``, if given)."""
     import keras
 
-    from keras_vit import AxialResNet, AxialVisionTransformer, ResNetV2, VisionTransformer
+    from keras_vit import AxialResNet, ResNetV2, ViTImageClassifier
     from keras_vit.costs.memory import memory, xla_memory
 
     vit = dict(num_classes=10)
     configurations = [
-        ("ViT D64 L2 N65", VisionTransformer, dict(vit, image_size=64, patch_size=8,
+        ("ViT D64 L2 N65", ViTImageClassifier, dict(vit, image_size=64, patch_size=8,
          hidden_size=64, num_layers=2, num_heads=4, mlp_dim=256), 16),
-        ("ViT D96 L3 N257", VisionTransformer, dict(vit, image_size=64, patch_size=4,
+        ("ViT D96 L3 N257", ViTImageClassifier, dict(vit, image_size=64, patch_size=4,
          hidden_size=96, num_layers=3, num_heads=3, mlp_dim=192), 8),
-        ("ViT gap D128 L4", VisionTransformer, dict(vit, image_size=96, patch_size=16,
+        ("ViT gap D128 L4", ViTImageClassifier, dict(vit, image_size=96, patch_size=16,
          hidden_size=128, num_layers=4, num_heads=8, mlp_dim=512, classifier="gap"), 16),
-        ("hybrid (1,1)", VisionTransformer, dict(vit, image_size=64, patch_size=1,
+        ("hybrid (1,1)", ViTImageClassifier, dict(vit, image_size=64, patch_size=1,
          hidden_size=64, num_layers=2, num_heads=4, mlp_dim=128,
-         resnet=dict(num_layers=(1, 1), width_factor=0.5)), 8),
-        ("hybrid (2,1,1)", VisionTransformer, dict(vit, image_size=64, patch_size=1,
+         stem=dict(num_layers=(1, 1), width_factor=0.5)), 8),
+        ("hybrid (2,1,1)", ViTImageClassifier, dict(vit, image_size=64, patch_size=1,
          hidden_size=64, num_layers=1, num_heads=2, mlp_dim=128,
-         resnet=dict(num_layers=(2, 1, 1), width_factor=0.5)), 8),
+         stem=dict(num_layers=(2, 1, 1), width_factor=0.5)), 8),
         ("BiT (1,1)", ResNetV2, dict(vit, image_size=64, block_units=(1, 1),
          width_factor=0.5), 8),
         ("BiT (2,1,1)", ResNetV2, dict(vit, image_size=64, block_units=(2, 1, 1),
          width_factor=0.5), 8),
-        ("Axial-ViT D64 L2", AxialVisionTransformer, dict(vit, image_size=64, patch_size=8,
-         hidden_size=64, num_layers=2, num_heads=4, mlp_dim=256), 16),
-        ("Axial-ViT gap D96", AxialVisionTransformer, dict(vit, image_size=64, patch_size=4,
-         hidden_size=96, num_layers=2, num_heads=3, mlp_dim=192, classifier="gap"), 8),
+        ("Axial-ViT D64 L2", ViTImageClassifier, dict(vit, axial=True, image_size=64,
+         patch_size=8, hidden_size=64, num_layers=2, num_heads=4, mlp_dim=256), 16),
+        ("Axial-ViT gap D96", ViTImageClassifier, dict(vit, axial=True, image_size=64,
+         patch_size=4, hidden_size=96, num_layers=2, num_heads=3, mlp_dim=192,
+         classifier="gap"), 8),
         ("AxialResNet (1,1)", AxialResNet, dict(vit, image_size=64, block_units=(1, 1),
          width_factor=0.5, num_heads=2), 8),
         ("AxialResNet (2,1,1)", AxialResNet, dict(vit, image_size=64, block_units=(2, 1, 1),

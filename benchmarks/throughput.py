@@ -1,4 +1,4 @@
-"""Inference throughput of keras_vit against keras-hub, and against the machine's matmul rate.
+"""Inference throughput of keras_vit's ViTBackbone against keras-hub's and the matmul rate.
 
 Usage (one backend per process):
     KERAS_BACKEND=jax python benchmarks/throughput.py
@@ -6,9 +6,11 @@ Usage (one backend per process):
     KERAS_BACKEND=jax python benchmarks/throughput.py --family      # BiT-R50x1, R50+ViT-B/16
     KERAS_BACKEND=jax python benchmarks/throughput.py --memory 4    # largest batch in 4 GiB
 
-Both models are run in the same process with the same configuration (ViT-B/16 at 224 by
-default), alternating round by round so that load changes on the machine hit both alike. Each
-round times ``--iters`` calls of ``predict_on_batch``; the best round of each is reported.
+Both backbones (no head: keras-hub's ``ViTBackbone`` has none; ``create_model(...,
+num_classes=None)`` is keras_vit's) are run in the same process with the same configuration
+(ViT-B/16 at 224 by default), alternating round by round so that load changes on the machine
+hit both alike. Each round times ``--iters`` calls of ``predict_on_batch``; the best round of
+each is reported.
 The float32 matmul rate is measured with the same backend on a (1576 x 768) @ (768 x 3072)
 product, the shape of the model's MLP at batch 8 (and a square 2048 product; the larger rate
 counts).
@@ -27,14 +29,16 @@ import numpy as np
 import keras_vit
 
 
-def vit_macs(model):
-    """Multiply-adds per image of a plain ViT classifier (the dominant matrix products)."""
-    tokens = model.grid_size[0] * model.grid_size[1] + (model.classifier == "token")
-    d, m = model.hidden_size, model.mlp_dim
-    patch = model.grid_size[0] * model.grid_size[1] * model.patch_size**2 * model.num_channels * d
+def vit_macs(config):
+    """Multiply-adds per image of a plain ViT (the dominant matrix products) of a ``ViTConfig``;
+    the head's only when the config has one."""
+    encoder, (rows, cols) = config.encoder, config.grid
+    tokens = rows * cols + (encoder.classifier == "token")
+    d, m = encoder.hidden_size, encoder.mlp_dim
+    patch = rows * cols * config.patches.patch_size**2 * config.patches.num_channels * d
     block = tokens * (4 * d * d + 2 * d * m) + 2 * tokens * tokens * d
-    head = d * (model.num_classes or 0)
-    return patch + model.num_layers * block + head
+    head = 0 if config.head is None else d * config.head.num_classes
+    return patch + encoder.num_layers * block + head
 
 
 def matmul_gflops(repeats=10):
@@ -66,19 +70,22 @@ def _compiled(fn):
     return fn
 
 
-def keras_hub_vit(model):
+def keras_hub_vit(config):
+    """keras-hub's ``ViTBackbone`` of the shape of ``config`` (a ``ViTConfig``)."""
     import keras_hub
 
+    encoder = config.encoder
     return keras_hub.models.ViTBackbone(
-        image_shape=(*model.image_size, model.num_channels),
-        patch_size=model.patch_size,
-        num_layers=model.num_layers,
-        num_heads=model.num_heads,
-        hidden_dim=model.hidden_size,
-        mlp_dim=model.mlp_dim,
+        image_shape=(*config.image_size, config.patches.num_channels),
+        patch_size=config.patches.patch_size,
+        num_layers=encoder.num_layers,
+        num_heads=encoder.num_heads,
+        hidden_dim=encoder.hidden_size,
+        mlp_dim=encoder.mlp_dim,
         dropout_rate=0.0,
         attention_dropout=0.0,
-        layer_norm_epsilon=1e-6,
+        layer_norm_epsilon=encoder.layer_norm_epsilon,
+        use_class_token=encoder.classifier == "token",
     )
 
 
@@ -163,13 +170,14 @@ def main():
     if args.memory is not None:
         return memory_table(args)
 
-    ours = keras_vit.create_model(args.model, image_size=args.image_size)
+    # Backbone against backbone: keras-hub's ViTBackbone has no head, so neither does ours.
+    ours = keras_vit.create_model(args.model, image_size=args.image_size, num_classes=None)
     images = np.random.default_rng(0).uniform(
         -1, 1, (args.batch, args.image_size, args.image_size, 3)
     ).astype("float32")
     models = {"keras_vit": ours}
     if not args.no_hub:
-        models["keras-hub"] = keras_hub_vit(ours)
+        models["keras-hub"] = keras_hub_vit(ours.config)
     for model in models.values():  # compile and warm up
         model.predict_on_batch(images)
         model.predict_on_batch(images)
@@ -181,7 +189,7 @@ def main():
         for name, model in models.items():
             best[name] = min(best[name], time_round(model, images, args.iters))
 
-    gflop = 2 * vit_macs(ours) / 1e9
+    gflop = 2 * vit_macs(ours.config) / 1e9
     rate = max(rates)
     print(f"backend={keras.backend.backend()} model={args.model} image={args.image_size} "
           f"batch={args.batch} cpus={os.cpu_count()} GFLOP/image={gflop:.2f}")

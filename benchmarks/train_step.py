@@ -58,7 +58,7 @@ MODELS = {
 KERAS_BACKENDS = ("jax", "tensorflow", "torch")
 # Options that build the model rather than compile it.
 SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "mlp_dim", "classifier", "patch_size",
-              "resnet", "attention_implementation")
+              "stem", "attention_implementation")
 IMPLEMENTATIONS = (*KERAS_BACKENDS, "timm", "timm-compile")
 # Dense (no sparsity) bf16 peaks in TFLOP/s, from the vendors' data sheets.
 PEAK_BF16_TFLOPS = {"H100 80GB HBM3": 989.0, "H100 PCIe": 756.0, "H100 NVL": 835.0,

@@ -2,7 +2,9 @@
 (checkpoints). It lives above both, so that models import nothing from checkpoints."""
 
 from keras_vit.checkpoints.formats import load_checkpoint
+from keras_vit.layers.encoder import EncoderConfig
 from keras_vit.models import registry
+from keras_vit.models.description import ViTConfig
 
 # Settings a fine-tuning or a file may change without changing the architecture.
 _FREE = ("name", "trainable", "dtype", "num_classes", "representation_size", "dropout_rate",
@@ -50,10 +52,13 @@ def create_model(name, *, image_size=224, num_classes=1000, weights=None, **over
             f"Use create_model with a {found} name, or load_checkpoint(weights) to build whatever "
             "the file holds."
         )
-    expected.update(overrides)
-    config = model.get_config()
-    different = {key: (config.get(key), _plain(value)) for key, value in expected.items()
-                 if key not in _FREE and config.get(key) != _plain(value)}
+    if isinstance(expected, ViTConfig):
+        different = _vit_differences(model.config, expected, overrides)
+    else:
+        expected.update(overrides)
+        config = model.get_config()
+        different = {key: (config.get(key), _plain(value)) for key, value in expected.items()
+                     if key not in _FREE and config.get(key) != _plain(value)}
     if different:
         raise ValueError(
             f"The weights {weights!r} do not hold a {name} model; differing settings "
@@ -61,6 +66,25 @@ def create_model(name, *, image_size=224, num_classes=1000, weights=None, **over
             "load_checkpoint to build whatever the file holds."
         )
     return model
+
+
+def _vit_differences(found, expected, overrides):
+    """``{setting: (file, name)}`` where the loaded ViT's stem, patches or encoder differ from
+    the name's (with ``overrides``); the head, the image size and the dropout rates are free."""
+    expected = expected.replace(**{k: v for k, v in overrides.items() if k not in _FREE})
+    expected = expected.replace(**{k: getattr(found.encoder, k) for k in _FREE
+                                   if k in EncoderConfig.field_names()})
+    different = {}
+    for section in ("stem", "patches", "encoder"):
+        file, named = getattr(found, section), getattr(expected, section)
+        if file is None or named is None:
+            if file != named:
+                different[section] = (file, named)
+            continue
+        different.update({f"{section}.{key}": (getattr(file, key), getattr(named, key))
+                          for key in type(file).field_names()
+                          if getattr(file, key) != getattr(named, key)})
+    return different
 
 
 def _plain(value):

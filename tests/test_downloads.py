@@ -46,11 +46,11 @@ def test_published_checkpoint_downloads_through_the_mirror(served, cache):
     root, _ = served
     mirror.put(root, URL, fixture_path("vit_tiny_token_norep.npz"))
     model = keras_vit.load_checkpoint("imagenet21k/ViT-Ti_16")
-    assert model.hidden_size == 32
+    assert model.config.encoder.hidden_size == 32
     cached = cache / "keras_vit" / "imagenet21k" / "ViT-Ti_16.npz"
     assert cached.is_file()
     os.remove(mirror.location(root, URL))  # the second load comes from the cache
-    assert keras_vit.load_checkpoint("imagenet21k/ViT-Ti_16").hidden_size == 32
+    assert keras_vit.load_checkpoint("imagenet21k/ViT-Ti_16").config.encoder.hidden_size == 32
 
 
 def test_a_mirror_folder_serves_without_a_server(cache, monkeypatch, tmp_path):
@@ -62,7 +62,7 @@ def test_a_mirror_folder_serves_without_a_server(cache, monkeypatch, tmp_path):
     os.makedirs(os.path.dirname(target))
     shutil.copyfile(fixture_path("vit_tiny_token_norep.npz"), target)
     monkeypatch.setenv("KERAS_VIT_MIRROR", root.as_uri())
-    assert keras_vit.load_checkpoint("imagenet21k/ViT-Ti_16").hidden_size == 32
+    assert keras_vit.load_checkpoint("imagenet21k/ViT-Ti_16").config.encoder.hidden_size == 32
     assert (cache / "keras_vit" / "imagenet21k" / "ViT-Ti_16.npz").is_file()
 
 

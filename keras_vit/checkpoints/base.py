@@ -6,7 +6,8 @@ missing, unexpected or mis-shaped tensor is reported in one error, and nothing i
 unless everything matches), and ``export`` turns the model's variables into the file's tensors.
 An ``Entry`` says how one file tensor relates to one or more variables (a transpose for PyTorch
 layouts, a concatenation for timm's fused ``qkv``), so no format needs code of its own for either
-direction. This module imports no model: models know nothing of checkpoints.
+direction. This module builds no model (models know nothing of checkpoints); a ViT is
+described by its ``ViTConfig``, which ``prepare_config`` adjusts to the loading options.
 """
 
 import os
@@ -17,6 +18,7 @@ import keras
 import numpy as np
 
 from keras_vit.layers.position import resize_position_embedding, table_grid
+from keras_vit.models.description import Head
 
 
 def _identity(*arrays):
@@ -168,12 +170,23 @@ def write_atomically(path, write):
 
 
 def prepare_config(config, tensors, head_keys, pre_logits_keys, *, num_classes=None,
-                   drop_pre_logits=False, image_size=None, overrides=None):
-    """Apply ``load_checkpoint``'s options to an inferred config; returns the keys to skip.
+                   drop_pre_logits=False, image_size=None, overrides=None,
+                   representation_size=None):
+    """Apply ``load_checkpoint``'s options to an inferred description; returns
+    ``(description, keys to skip)``.
 
     ``num_classes`` different from the file's replaces the head by a fresh one (official
     fine-tuning), ``0`` builds none; ``drop_pre_logits`` removes the representation layer.
+
+    A ViT's description is a ``ViTConfig`` (a copy is returned); ``representation_size`` is then
+    the width of a pre-logits layer the file holds without a head (transformers' ``ViTModel``
+    pooler), which only a head can carry. A ResNet's is its constructor's arguments (a dict,
+    changed in place).
     """
+    if not isinstance(config, dict):
+        return _prepare_vit(config, set(head_keys), set(pre_logits_keys), num_classes,
+                            drop_pre_logits, image_size, dict(overrides or {}),
+                            representation_size)
     skip = set()
     if num_classes is not None and num_classes != config.get("num_classes"):
         skip |= set(head_keys)
@@ -184,21 +197,67 @@ def prepare_config(config, tensors, head_keys, pre_logits_keys, *, num_classes=N
     if image_size is not None:
         config["image_size"] = image_size
     config.update(overrides or {})
-    return skip
+    return config, skip
 
 
-def resize_posemb_tensor(tensors, key, model, file_grid=None):
-    """Resize the file's position embedding from its grid to the model's (official fine-tuning).
+# The head's own settings, given flat to load_checkpoint (``ViTConfig.from_keywords`` names).
+_HEAD_SETTINGS = ("representation_size", "head_representation_size", "head_kernel_initializer",
+                  "head_bias_init")
+
+
+def _prepare_vit(config, head_keys, pre_logits_keys, num_classes, drop_pre_logits, image_size,
+                 overrides, headless_representation):
+    head = config.head
+    classes = None if head is None else head.num_classes
+    representation = headless_representation if head is None else head.representation_size
+    skip = set()
+    if num_classes is not None and num_classes != classes:
+        skip |= head_keys
+        classes = num_classes or None
+    head_settings = {k: overrides.pop(k) for k in _HEAD_SETTINGS if k in overrides}
+    if representation is not None and (drop_pre_logits or classes is None):
+        if classes is None and not (drop_pre_logits or num_classes == 0):
+            raise ValueError(
+                f"The checkpoint holds a pre-logits layer (width {representation}; "
+                "transformers' ViTModel pooler) but no head. In keras_vit that layer belongs to "
+                "a ViTImageClassifier's head (paper Appendix D.3): pass num_classes=K to load it "
+                "under a new zero-initialised head, or num_classes=0 (or drop_pre_logits=True) "
+                "for the ViTBackbone without it.")
+        skip |= pre_logits_keys
+        representation = None
+    if classes is None:
+        if head_settings:
+            raise ValueError(f"{', '.join(sorted(head_settings))} describe a head, and this "
+                             "model has none (num_classes=0, or a file without a head): give "
+                             "num_classes=K for a head, or leave them out.")
+        head = None
+    else:
+        head = (head or Head(classes)).replace(num_classes=classes,
+                                               representation_size=representation)
+    config = config.replace(head=head)
+    changes = dict(overrides, **({} if image_size is None else {"image_size": image_size}))
+    return config.replace(**changes, **head_settings), skip
+
+
+def model_options(overrides):
+    """Take the model's own keyword arguments (``name``, ``dtype``), which no description holds,
+    out of a loader's ``overrides``."""
+    return {key: overrides.pop(key) for key in ("name", "dtype") if key in overrides}
+
+
+def resize_posemb_tensor(tensors, key, config, file_grid=None):
+    """Resize the file's position embedding from its grid to the one ``config`` (a ``ViTConfig``)
+    learns at (official fine-tuning).
 
     ``file_grid`` is the (rows, cols) the file states (a loader's ``posemb_grid``, a transformers
     config); without it the table must be square.
     """
-    if key not in tensors or not hasattr(model, "grid_size"):
+    if key not in tensors:
         return tensors
-    has_class_token = model.classifier == "token"
+    has_class_token = config.encoder.classifier == "token"
     table = np.asarray(tensors[key])
     old_grid = table_grid(table.shape[1] - has_class_token, file_grid, "posemb_grid")
-    new_grid = tuple(model.position_embedding_grid or model.grid_size)
+    new_grid = tuple(config.learned_grid)
     if old_grid == new_grid:
         return tensors
     tensors = dict(tensors)

@@ -12,7 +12,7 @@ import dataclasses
 from keras_vit.layers.encoder import LAYER_NORM_EPSILON
 from keras_vit.models.axial import is_axial
 from keras_vit.models.resnet_v2 import ResNetV2
-from keras_vit.models.vit import VisionTransformer
+from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
 
 POSITION = ("learned_1d", "stem")  # the one position embedding every foreign format holds
 
@@ -24,31 +24,35 @@ class Capabilities:
     name: str
     stems: tuple  # "patches" (a plain ViT), "hybrid" (a ResNet stem), "bit" (a ResNetV2)
     classifiers: tuple = ("token", "gap")
-    # where a pre-logits layer fits: "always", "never", "headless" (only in a model without a
-    # head: transformers' ViTModel pooler), "with_head" (only before a head: keras-hub)
-    pre_logits: str = "always"
+    pre_logits: bool = True  # whether a classifier's pre-logits layer has a place
     exact_gelu_only: bool = False
     layer_norm_epsilon: float | None = None  # the one epsilon the format has, None: any
 
 
 FORMATS = {
     "official": Capabilities("official .npz", ("patches", "hybrid", "bit")),
-    "timm": Capabilities("timm", ("patches", "hybrid", "bit"), pre_logits="never"),
+    "timm": Capabilities("timm", ("patches", "hybrid", "bit"), pre_logits=False),
+    # ViTModel's pooler is a pre-logits layer without a head, which keras_vit has no model for
     "transformers": Capabilities("transformers", ("patches",), classifiers=("token",),
-                                 pre_logits="headless"),
-    "keras_hub": Capabilities("keras-hub", ("patches",), pre_logits="with_head",
-                              exact_gelu_only=True, layer_norm_epsilon=LAYER_NORM_EPSILON),
+                                 pre_logits=False),
+    "keras_hub": Capabilities("keras-hub", ("patches",), exact_gelu_only=True,
+                              layer_norm_epsilon=LAYER_NORM_EPSILON),
 }
+
+
+def is_vit(model):
+    """Whether ``model`` is a keras_vit ViT: a ``ViTBackbone`` or a ``ViTImageClassifier``."""
+    return isinstance(model, (ViTBackbone, ViTImageClassifier))
 
 
 def stem_of(model):
     """``"patches"``, ``"hybrid"`` or ``"bit"``: the kind of stem ``model`` has."""
     if isinstance(model, ResNetV2):
         return "bit"
-    if isinstance(model, VisionTransformer):
-        return "patches" if model.resnet is None else "hybrid"
+    if is_vit(model):
+        return "patches" if model.config.stem is None else "hybrid"
     raise TypeError(f"{type(model).__name__} has no checkpoint layout; expected a keras_vit "
-                    "VisionTransformer (plain or hybrid) or ResNetV2.")
+                    "ViTImageClassifier or ViTBackbone (plain or hybrid), or a ResNetV2.")
 
 
 def check_expressible(model, format, strict=True):
@@ -58,8 +62,9 @@ def check_expressible(model, format, strict=True):
     """
     can = FORMATS[format]
     if is_axial(model):
+        what = "This Axial-ViT" if is_vit(model) else type(model).__name__
         raise ValueError(
-            f"{type(model).__name__} (an axial-attention model, paper Appendix D.6) has no "
+            f"{what} (an axial-attention model, paper Appendix D.6) has no "
             f"{can.name} layout: no official, timm or transformers checkpoints of axial models "
             "exist. Save it with model.save('model.keras') and load it with "
             "keras.saving.load_model."
@@ -67,12 +72,12 @@ def check_expressible(model, format, strict=True):
     stem = stem_of(model)
     check_float_weights(model, can.name)
     if stem == "bit" and stem not in can.stems:
-        raise TypeError(f"The {can.name} format holds a keras_vit VisionTransformer; it has no "
+        raise TypeError(f"The {can.name} format holds a keras_vit ViT; it has no "
                         "BiT ResNetV2 with this layout (save it in the official or timm format).")
     if stem not in can.stems:
         raise ValueError(_STEM_ERRORS[stem].format(name=can.name))
-    if isinstance(model, VisionTransformer):
-        _check_vit(model, format, strict)
+    if is_vit(model):
+        _check_vit(model.config, format, strict)
 
 
 def check_float_weights(model, name):
@@ -108,7 +113,11 @@ def check_position(model, format):
     Readers call this alone on the model they built, as overrides may ask for another
     embedding than the file's; the rest of ``check_expressible`` is about writing.
     """
-    options = (model.position_embedding, model.position_embedding_placement)
+    _check_position(model.config.encoder, format)
+
+
+def _check_position(encoder, format):
+    options = (encoder.position_embedding, encoder.position_embedding_placement)
     if options != POSITION:
         raise ValueError(
             f"The {FORMATS[format].name} format holds only a learned 1-D position embedding "
@@ -119,48 +128,54 @@ def check_position(model, format):
         )
 
 
-def _check_vit(model, format, strict):
-    check_position(model, format)
-    can = FORMATS[format]
-    if model.classifier not in can.classifiers:
+def _check_vit(config, format, strict):
+    encoder, can = config.encoder, FORMATS[format]
+    _check_position(encoder, format)
+    if encoder.classifier not in can.classifiers:
         raise ValueError(f"The {can.name} ViT pools the class token; a classifier='gap' model "
                          "cannot be written for it (use the official or timm format).")
-    _check_pre_logits(model, can)
-    if can.exact_gelu_only and model.approximate_gelu and strict:
+    _check_pre_logits(config.head, can)
+    if can.exact_gelu_only and encoder.approximate_gelu and strict:
         raise ValueError(
             f"The model uses the tanh-approximated GELU (as the official checkpoints do) and "
             f"{can.name} only has the exact one, so the outputs would change (about 1e-4). Pass "
             "strict=False to convert anyway."
         )
     epsilon = can.layer_norm_epsilon
-    if epsilon is not None and model.layer_norm_epsilon != epsilon:
+    if epsilon is not None and encoder.layer_norm_epsilon != epsilon:
         raise ValueError(
             f"The {can.name} ViT uses LayerNorm epsilon {epsilon}; this model uses "
-            f"{model.layer_norm_epsilon} (e.g. loaded from Hugging Face) and cannot be "
+            f"{encoder.layer_norm_epsilon} (e.g. loaded from Hugging Face) and cannot be "
             "expressed exactly. Save it with save_checkpoint(..., format='transformers') instead."
         )
 
 
-def _check_pre_logits(model, can):
-    if model.representation_size is None or can.pre_logits == "always":
+# Format name -> why it has no place for a classifier's pre-logits layer.
+_PRE_LOGITS_ERRORS = {
+    "timm": "The timm VisionTransformer has no pre-logits (representation) layer, so this "
+            "model (representation_size={size}) cannot be written for timm.",
+    "transformers": "The transformers ViTForImageClassification puts its classifier straight "
+                    "on the class token, with no pre-logits layer (representation_size={size}).",
+}
+
+
+def _check_pre_logits(head, can):
+    if head is None or head.representation_size is None or can.pre_logits:
         return
-    if can.pre_logits == "never":
+    raise ValueError(
+        _PRE_LOGITS_ERRORS[can.name].format(size=head.representation_size) + " Drop it first "
+        "(load_checkpoint(..., drop_pre_logits=True), as fine-tuning does), write the "
+        "backbone alone (model.backbone), or save in the official format, which keeps it."
+    )
+
+
+def fixed_image_size(config, name):
+    """``(height, width)`` of a ViT's ``config``, for a format whose model has a fixed size."""
+    if config.image_size is None:
         raise ValueError(
-            f"The {can.name} VisionTransformer has no pre-logits (representation) layer, so this "
-            f"model (representation_size={model.representation_size}) cannot be written for "
-            f"{can.name}. Drop it first (load_checkpoint(..., drop_pre_logits=True), as "
-            "fine-tuning does), or save in the official or transformers format, which keep it."
+            f"The {name} ViT has a fixed image size, and this model takes any size "
+            "(image_size=None). Build it at one size first: keras_vit.resize_model(model, "
+            f"{tuple(side * config.stride for side in config.learned_grid)}) keeps the "
+            "position table it learned."
         )
-    if can.pre_logits == "headless" and model.num_classes is not None:
-        raise ValueError(
-            f"The {can.name} ViTForImageClassification puts its classifier straight on the class "
-            "token, with no pre-logits layer; drop it (load_checkpoint(..., "
-            "drop_pre_logits=True)) or save without a head (ViTModel, whose pooler is the "
-            "pre-logits layer)."
-        )
-    if can.pre_logits == "with_head" and model.num_classes is None:
-        raise ValueError(
-            f"A headless model with a pre_logits layer cannot be expressed: a {can.name} "
-            "ViTBackbone has no representation layer. Build the model with a head, or with "
-            "representation_size=None."
-        )
+    return config.image_size

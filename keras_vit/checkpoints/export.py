@@ -2,7 +2,8 @@
 
 Every route goes through Keras' own ``model.export``; TFLite is converted from the SavedModel
 with TensorFlow's ``TFLiteConverter``. The exported graph takes float32 NHWC images in [-1, 1]
-(as the model does) and returns its logits (or features for a model without head).
+(as the model does) and returns its logits; a ``ViTBackbone``'s graph returns its two outputs
+in the order Keras flattens a dict, by name: ``pooled`` (batch, D), then ``tokens`` (batch, N, D).
 
 Routes per backend (what Keras supports):
 
@@ -88,9 +89,9 @@ def export_model(model, path, format=None, batch_size=None):
 
     Example (the paper's ViT, Sec. 3.1; ONNX needs jax2onnx, tf2onnx or torch's exporter):
     >>> import os, tempfile
-    >>> from keras_vit import VisionTransformer
-    >>> model = VisionTransformer(image_size=32, patch_size=8, hidden_size=32, num_layers=1,
-    ...                           num_heads=4, mlp_dim=64, num_classes=5)
+    >>> from keras_vit import ViTImageClassifier
+    >>> model = ViTImageClassifier(image_size=32, patch_size=8, hidden_size=32, num_layers=1,
+    ...                            num_heads=4, mlp_dim=64, num_classes=5)
     >>> path = os.path.join(tempfile.mkdtemp(), "vit.onnx")
     >>> export_model(model, path)
     >>> os.path.getsize(path) > 0

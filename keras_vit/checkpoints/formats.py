@@ -41,7 +41,9 @@ def load_checkpoint(path, *, format=None, image_size=None, num_classes=None,
                     drop_pre_logits=False, **overrides):
     """Build the model a checkpoint describes and load every tensor into it, strictly.
 
-    The architecture is read from the file (and from ``config.json`` for transformers).
+    The architecture is read from the file (and from ``config.json`` for transformers). A ViT
+    comes back as a ``ViTImageClassifier``, or as its ``ViTBackbone`` when the file has no head
+    or ``num_classes=0``; a BiT file as a ``ResNetV2``.
 
     Args:
         path: an official ``.npz`` (or URL, or published name such as
@@ -52,10 +54,12 @@ def load_checkpoint(path, *, format=None, image_size=None, num_classes=None,
         image_size: build at this resolution; the position embeddings are resized as the
             official fine-tuning code does (2-D bilinear, aligned corners, class row kept).
         num_classes: a head of this size; a size other than the file's gives a fresh
-            zero-initialised head (official fine-tuning); ``0`` builds none.
+            zero-initialised head (official fine-tuning); ``0`` builds none (a ViT's
+            ``ViTBackbone``, without the head's pre-logits layer).
         drop_pre_logits: drop the pre-logits layer (official ``pre_logits``, transformers'
             pooler), as fine-tuning with ``representation_size=None`` does.
-        **overrides: other constructor arguments, e.g. ``dropout_rate=0.1``; for timm also
+        **overrides: other settings, e.g. ``dropout_rate=0.1`` (a ViT takes the
+            ``ViTConfig.from_keywords`` names, a ResNet its constructor's); for timm also
             ``num_heads`` when the width is not one of timm's named ViTs; for official and timm
             files ``posemb_grid``, the (rows, cols) grid of a non-square position embedding.
 
@@ -65,8 +69,11 @@ def load_checkpoint(path, *, format=None, image_size=None, num_classes=None,
     >>> path = os.path.join(tempfile.mkdtemp(), "vit.npz")
     >>> save_checkpoint(create_model("ViT-Ti/4", image_size=8, num_layers=2, num_classes=3), path)
     >>> model = load_checkpoint(path)
-    >>> model.patch_size, model.num_layers
+    >>> model.config.patches.patch_size, model.config.encoder.num_layers
     (4, 2)
+    >>> features = load_checkpoint(path, num_classes=0)  # the ViTBackbone
+    >>> sorted(features.output)
+    ['pooled', 'tokens']
     """
     format = format or detect_format(path)
     _check_format(format)
@@ -80,8 +87,10 @@ def load_checkpoint(path, *, format=None, image_size=None, num_classes=None,
 def save_checkpoint(model, path, format="official"):
     """Write ``model`` as an official ``.npz``, a timm state dict or a transformers folder.
 
-    Nothing is written when the format cannot express the model (a ``ValueError`` says why and
-    which format can); files are written to a temporary name and moved in place.
+    ``model`` is a ``ViTImageClassifier``, a ``ViTBackbone`` (written without head tensors) or
+    a ``ResNetV2``. Nothing is written when the format cannot express the model (a
+    ``ValueError`` says why and which format can); files are written to a temporary name and
+    moved in place.
 
     Example (the paper's ViT, Sec. 3.1, round trip through timm's layout):
     >>> import os, tempfile
@@ -89,7 +98,8 @@ def save_checkpoint(model, path, format="official"):
     >>> model = create_model("ViT-Ti/4", image_size=8, num_layers=2, num_classes=3)
     >>> path = os.path.join(tempfile.mkdtemp(), "vit.safetensors")
     >>> save_checkpoint(model, path, format="timm")
-    >>> load_checkpoint(path, num_heads=model.num_heads).count_params() == model.count_params()
+    >>> heads = model.config.encoder.num_heads
+    >>> load_checkpoint(path, num_heads=heads).count_params() == model.count_params()
     True
     """
     _check_format(format)

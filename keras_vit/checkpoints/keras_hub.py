@@ -11,10 +11,11 @@ Differences, and how they are handled:
 - Pooling: keras-hub's ``pooling="gap"`` averages *every* token, the class token included, while
   keras_vit's ``classifier="gap"`` has no class token. The two agree only for a keras-hub model
   built with ``use_class_token=False``; the other combinations are refused.
-- Outputs: a ``ViTBackbone`` returns the whole normalised token sequence; the keras_vit model
-  made from it (``num_classes=None``) returns the pooled features ``backbone(x)[:, 0]`` (or the
-  token mean with ``use_class_token=False``). The sequence is
-  ``model.get_layer("encoder_norm").output``.
+- Parts: keras-hub's ``ViTBackbone`` is keras_vit's ``ViTBackbone`` and its
+  ``ViTImageClassifier`` is keras_vit's ``ViTImageClassifier`` (each classifier's ``backbone``
+  the other's). keras-hub's backbone returns the normalised token sequence, which is keras_vit's
+  ``backbone(x)["tokens"]``; ``"pooled"`` adds the class token (or, with
+  ``use_class_token=False``, the token mean).
 - Input: keras_vit models take NHWC float images already in [-1, 1] (the official
   ``(x - 127.5) / 127.5``). keras-hub models take whatever their preprocessor produces; the
   preprocessor runs in ``predict``/``fit`` only, never in ``model(x)``, and is not converted.
@@ -37,11 +38,12 @@ import numpy as np
 from keras_vit import _optional
 from keras_vit.checkpoints import official
 from keras_vit.checkpoints.base import assign, export
-from keras_vit.checkpoints.capabilities import check_expressible
-from keras_vit.layers.encoder import LAYER_NORM_EPSILON
-from keras_vit.models.vit import VisionTransformer
+from keras_vit.checkpoints.capabilities import check_expressible, fixed_image_size
+from keras_vit.layers.encoder import LAYER_NORM_EPSILON, EncoderConfig
+from keras_vit.models.description import Patches, ViTConfig
+from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
 
-# keras_vit constructor argument <-> keras-hub ViTBackbone argument, the same value both ways.
+# keras_vit encoder setting <-> keras-hub ViTBackbone argument, the same value both ways.
 _CONFIG = (
     ("hidden_size", "hidden_dim"),
     ("num_layers", "num_layers"),
@@ -98,29 +100,35 @@ def hub_variables(backbone, classifier=None):
 
 
 def from_keras_hub(model):
-    """A keras_vit ``VisionTransformer`` with the weights and outputs of a keras-hub ViT.
+    """The keras_vit ViT with the weights and outputs of a keras-hub ViT.
 
     Args:
-        model: a ``keras_hub.models.ViTImageClassifier`` (gives a classifier with the same
-            logits) or ``keras_hub.models.ViTBackbone`` (gives ``num_classes=None``: the pooled
-            features). See the module docstring for what differs.
+        model: a ``keras_hub.models.ViTImageClassifier`` (gives a ``ViTImageClassifier`` with the
+            same logits, on the backbone converted from its own) or ``keras_hub.models.
+            ViTBackbone`` (gives a ``ViTBackbone`` whose ``"tokens"`` are its outputs). See the
+            module docstring for what differs.
 
     Returns:
-        A ``VisionTransformer`` with ``approximate_gelu=False`` (keras-hub's exact GELU).
+        A ``ViTImageClassifier`` or ``ViTBackbone`` with ``approximate_gelu=False`` (keras-hub's
+        exact GELU).
 
     Example:
     >>> import keras_hub
     >>> backbone = keras_hub.models.ViTBackbone(image_shape=(8, 8, 3), patch_size=4,
     ...     num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=16)
     >>> vit = from_keras_hub(keras_hub.models.ViTImageClassifier(backbone, num_classes=3))
-    >>> vit.num_classes, vit.approximate_gelu
-    (3, False)
+    >>> type(vit).__name__, vit.config.head.num_classes, vit.config.encoder.approximate_gelu
+    ('ViTImageClassifier', 3, False)
     """
     backbone, classifier = _split_hub_model(model)
     _check_hub_backbone(backbone)
     if classifier is not None:
         _check_hub_classifier(classifier, backbone)
-    vit = VisionTransformer(**_vit_config(backbone, classifier))
+    dtype = backbone.dtype_policy.name
+    vit = ViTBackbone(_vit_config(backbone), dtype=dtype)
+    if classifier is not None:
+        vit = ViTImageClassifier(vit, num_classes=classifier.num_classes,
+                                 representation_size=classifier.intermediate_dim, dtype=dtype)
     table = official.vit_table(vit)
     tensors = {}
     for key, variable in hub_variables(backbone, classifier).items():
@@ -197,54 +205,49 @@ def _classifier_type(backbone):
     return "token" if backbone.use_class_token else "gap"
 
 
-def _vit_config(backbone, classifier):
-    """``VisionTransformer`` arguments equivalent to a keras-hub backbone (and classifier)."""
+def _vit_config(backbone):
+    """The ``ViTConfig`` (no head) equivalent to a keras-hub backbone."""
     height, width, channels = backbone.image_shape
-    return dict(
-        image_size=(height, width),
-        patch_size=backbone.patch_size[0],
-        **{ours: getattr(backbone, theirs) for ours, theirs in _CONFIG},
-        num_classes=None if classifier is None else classifier.num_classes,
-        classifier=_classifier_type(backbone),
-        representation_size=None if classifier is None else classifier.intermediate_dim,
-        approximate_gelu=False,
-        num_channels=channels,
-        dtype=backbone.dtype_policy.name,
-    )
+    encoder = EncoderConfig(**{ours: getattr(backbone, theirs) for ours, theirs in _CONFIG},
+                            classifier=_classifier_type(backbone), approximate_gelu=False)
+    return ViTConfig(Patches(backbone.patch_size[0], channels), encoder,
+                     image_size=(height, width), head=None)
 
 
 def to_keras_hub(model, *, strict=True):
-    """The keras-hub ViT equivalent to a keras_vit ``VisionTransformer``.
+    """The keras-hub ViT equivalent to a keras_vit ViT, part for part.
 
     Args:
-        model: a plain (non-hybrid) ``VisionTransformer`` with the default learned 1-D position
-            embedding added once after the patch embedding.
+        model: a plain (non-hybrid) ``ViTImageClassifier`` or ``ViTBackbone`` with the default
+            learned 1-D position embedding added once after the patch embedding.
         strict: keras-hub only has the exact GELU. With ``strict=True`` (default) a model using
             the tanh approximation (``approximate_gelu=True``, e.g. every official checkpoint) is
             refused; with ``strict=False`` it is converted anyway and its logits move slightly
             (about 1e-4 on the official fixtures).
 
     Returns:
-        A ``keras_hub.models.ViTImageClassifier`` (no preprocessor, ``activation=None``: logits)
-        when the model has a head, else a ``keras_hub.models.ViTBackbone`` (whose output is the
-        token sequence; see the module docstring).
+        For a ``ViTImageClassifier``, a ``keras_hub.models.ViTImageClassifier`` (no
+        preprocessor, ``activation=None``: logits) on the keras-hub backbone of its
+        ``backbone``; for a ``ViTBackbone``, a ``keras_hub.models.ViTBackbone`` (whose output is
+        the token sequence, ``"tokens"``).
 
     Example:
-    >>> vit = VisionTransformer(image_size=8, patch_size=4, hidden_size=8, num_layers=1,
-    ...                         num_heads=2, mlp_dim=16, num_classes=3, approximate_gelu=False)
-    >>> type(to_keras_hub(vit)).__name__
-    'ViTImageClassifier'
+    >>> vit = ViTImageClassifier(image_size=8, patch_size=4, hidden_size=8, num_layers=1,
+    ...                          num_heads=2, mlp_dim=16, num_classes=3, approximate_gelu=False)
+    >>> type(to_keras_hub(vit)).__name__, type(to_keras_hub(vit.backbone)).__name__
+    ('ViTImageClassifier', 'ViTBackbone')
     """
     check_expressible(model, "keras_hub", strict)
     keras_hub = _optional.need("keras_hub", "to_keras_hub")
+    head = model.config.head
     backbone = keras_hub.models.ViTBackbone(**_hub_backbone_config(model))
     classifier = None
-    if model.num_classes is not None:
+    if head is not None:
         classifier = keras_hub.models.ViTImageClassifier(
             backbone,
-            num_classes=model.num_classes,
-            pooling=model.classifier,
-            intermediate_dim=model.representation_size,
+            num_classes=head.num_classes,
+            pooling=model.config.encoder.classifier,
+            intermediate_dim=head.representation_size,
             activation=None,
         )
     arrays = export(official.vit_table(model))
@@ -255,12 +258,13 @@ def to_keras_hub(model, *, strict=True):
 
 def _hub_backbone_config(model):
     """keras-hub ``ViTBackbone`` arguments equivalent to a keras_vit model's encoder."""
-    height, width = model.image_size
+    config = model.config
+    height, width = fixed_image_size(config, "keras-hub")
     return dict(
-        image_shape=(height, width, model.num_channels),
-        patch_size=model.patch_size,
-        **{theirs: getattr(model, ours) for ours, theirs in _CONFIG},
+        image_shape=(height, width, config.patches.num_channels),
+        patch_size=config.patches.patch_size,
+        **{theirs: getattr(config.encoder, ours) for ours, theirs in _CONFIG},
         layer_norm_epsilon=LAYER_NORM_EPSILON,
-        use_class_token=model.classifier == "token",
+        use_class_token=config.encoder.classifier == "token",
         dtype=model.dtype_policy.name,
     )

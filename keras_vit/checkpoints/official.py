@@ -18,6 +18,7 @@ from keras_vit.checkpoints.base import (
     Entry,
     assign,
     export,
+    model_options,
     prepare_config,
     resize_posemb_tensor,
     write_atomically,
@@ -25,8 +26,9 @@ from keras_vit.checkpoints.base import (
 from keras_vit.checkpoints.capabilities import check_expressible
 from keras_vit.layers.encoder import EncoderConfig
 from keras_vit.layers.position import table_grid
+from keras_vit.models.description import Head, Patches, Stem, ViTConfig
 from keras_vit.models.resnet_v2 import ResNetV2
-from keras_vit.models.vit import VisionTransformer
+from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
 
 VIT_URL = "https://storage.googleapis.com/vit_models/{name}.npz"
 BIT_URL = "https://storage.googleapis.com/bit_models/{name}.npz"
@@ -145,20 +147,21 @@ def _attention_projection(key, name, attention):
 
 
 def vit_table(model):
-    """Official key -> Entry for a ``VisionTransformer`` (hybrids include the ResNet stem).
+    """Official key -> Entry for a ``ViTImageClassifier`` or a ``ViTBackbone`` (no head keys);
+    hybrids include the ResNet stem.
 
     Only the default position embedding ('learned_1d' at the 'stem') has an official layout; other
     variants raise a ``ValueError`` naming the ``.keras`` format as the way to save them.
     """
     check_expressible(model, "official")
-    table = {}
-    if model.resnet is not None:
+    config, table = model.config, {}
+    if config.stem is not None:
         table.update(resnet.hybrid_stem_table(model.get_layer("resnet")))
     table.update(_dense("embedding", model.get_layer("embedding").conv))
-    if model.classifier == "token":
+    if config.encoder.classifier == "token":
         table["cls"] = Entry(model.get_layer("cls").cls)
     table[POSEMB] = Entry(model.get_layer("posembed_input").pos_embedding)
-    for i in range(model.num_layers):
+    for i in range(config.encoder.num_layers):
         block = model.get_layer(f"encoderblock_{i}")
         prefix = f"Transformer/encoderblock_{i}"
         table.update(_layer_norm(f"{prefix}/LayerNorm_0", block.LayerNorm_0))
@@ -170,9 +173,16 @@ def vit_table(model):
         table.update(_dense(f"{prefix}/MlpBlock_3/Dense_0", block.MlpBlock_3.Dense_0))
         table.update(_dense(f"{prefix}/MlpBlock_3/Dense_1", block.MlpBlock_3.Dense_1))
     table.update(_layer_norm("Transformer/encoder_norm", model.get_layer("encoder_norm")))
-    if model.representation_size is not None:
+    return {**table, **head_table(model)}
+
+
+def head_table(model):
+    """Official key -> Entry for a classifier's head (``pre_logits``, ``head``); empty for a
+    backbone."""
+    head, table = model.config.head, {}
+    if head is not None and head.representation_size is not None:
         table.update(_dense("pre_logits", model.get_layer("pre_logits")))
-    if model.num_classes is not None:
+    if head is not None:
         table.update(_dense("head", model.get_layer("head")))
     return table
 
@@ -186,7 +196,7 @@ def _require(tensors, key, what):
 
 
 def infer_vit_config(tensors, posemb_grid=None):
-    """Infer ``VisionTransformer`` arguments from the tensors of an official file.
+    """The ``ViTConfig`` of an official file's tensors (its head None when the file has none).
 
     The file does not record its grid: a square position table is read as a square grid, any
     other needs ``posemb_grid=(rows, cols)``.
@@ -203,25 +213,35 @@ def infer_vit_config(tensors, posemb_grid=None):
     mlp = _require(tensors, f"{block}/MlpBlock_3/Dense_0/kernel", "MLP")
     posemb = _require(tensors, POSEMB, "position embedding")
     classifier = "token" if "cls" in tensors else "gap"
-    rows, cols = table_grid(posemb.shape[1] - (classifier == "token"), posemb_grid, "posemb_grid")
+    rows, cols = table_grid(posemb.shape[1] - (classifier == "token"), posemb_grid,
+                            "posemb_grid")
     encoder = EncoderConfig(num_layers, int(query.shape[1]), int(mlp.shape[1]),
                             hidden_size=int(hidden_size), classifier=classifier)
-    config = dict(
-        encoder.to_dict(),
-        patch_size=int(patch_size),
-        representation_size=(
-            int(tensors["pre_logits/kernel"].shape[1]) if "pre_logits/kernel" in tensors else None
-        ),
-        num_classes=int(tensors["head/kernel"].shape[-1]) if "head/kernel" in tensors else None,
-        num_channels=int(in_channels),
-    )
-    stride = int(patch_size)
+    stem = None
     if "conv_root/kernel" in tensors:
-        stem, stem_stride = resnet.hybrid_stem_config(tensors)
-        config.update(resnet=stem, num_channels=int(tensors["conv_root/kernel"].shape[2]))
-        stride *= stem_stride
-    config["image_size"] = (rows * stride, cols * stride)
-    return config
+        stem = Stem(**resnet.hybrid_stem_config(tensors)[0])
+        in_channels = tensors["conv_root/kernel"].shape[2]
+    head = None
+    if "head/kernel" in tensors:
+        head = Head(int(tensors["head/kernel"].shape[-1]),
+                    representation_size=representation_size(tensors))
+    stride = int(patch_size) * (1 if stem is None else stem.stride)
+    return ViTConfig(Patches(int(patch_size), int(in_channels)), encoder,
+                     image_size=(rows * stride, cols * stride), stem=stem, head=head)
+
+
+def representation_size(tensors):
+    """The width of the file's ``pre_logits`` layer, or None."""
+    kernel = tensors.get("pre_logits/kernel")
+    return None if kernel is None else int(kernel.shape[1])
+
+
+def build_vit(config, **options):
+    """The model a ``ViTConfig`` describes: a ``ViTImageClassifier``, or the ``ViTBackbone``
+    when it has no head (``options``: ``name``, ``dtype``)."""
+    if config.head is None:
+        return ViTBackbone(config, **options)
+    return ViTImageClassifier(config=config, **options)
 
 
 # ----------------------------------------------------------------------------- families
@@ -231,7 +251,7 @@ def _family(tensors):
     if any(key.startswith("resnet/") for key in tensors):
         return resnet.bit_config, resnet.bit_table, ResNetV2
     if "embedding/kernel" in tensors:
-        return infer_vit_config, vit_table, VisionTransformer
+        return infer_vit_config, vit_table, ViTImageClassifier
     sample = ", ".join(sorted(tensors)[:5])
     raise ValueError(
         "Not an official ViT, hybrid or BiT checkpoint: it has neither 'embedding/kernel' nor "
@@ -251,7 +271,9 @@ def load(path, *, image_size=None, num_classes=None, drop_pre_logits=False, pose
     official format of ``keras_vit.load_checkpoint``).
 
     The architecture (family, patch size, width, depth, heads, MLP size, classifier,
-    representation size, classes, ResNet stem, image size) is read from the file.
+    representation size, classes, ResNet stem, image size) is read from the file. A ViT file
+    gives a ``ViTImageClassifier`` (a ``ViTBackbone`` when it has no head, or with
+    ``num_classes=0``); a BiT file a ``ResNetV2``.
 
     Args:
         path: a local ``.npz``, a URL, or a published name (``"imagenet21k/ViT-B_16"``,
@@ -260,13 +282,15 @@ def load(path, *, image_size=None, num_classes=None, drop_pre_logits=False, pose
         image_size: build at this resolution; the position embeddings are resized as the
             official fine-tuning code does (2-D bilinear, aligned corners, class row kept).
         num_classes: a head of this size. If it differs from the file's, the head is replaced by a
-            zero-initialised one (official fine-tuning). ``0`` builds no head (features).
+            zero-initialised one (official fine-tuning). ``0`` builds no head: a ViT's
+            ``ViTBackbone`` (its features; the head's ``pre_logits`` layer is left out too).
         drop_pre_logits: drop the ``pre_logits`` layer (as fine-tuning with
             ``representation_size=None`` does).
         posemb_grid: the (rows, cols) patch grid the file's position embedding was trained at.
             The format does not record it; a square table is read as a square grid, so this is
             needed only for a non-square one (a file saved from a non-square model).
-        **overrides: other constructor arguments, e.g. ``dropout_rate=0.1``.
+        **overrides: other settings, e.g. ``dropout_rate=0.1`` (``ViTConfig.from_keywords``
+            names for a ViT, constructor arguments for a ResNet).
 
     Example (a tiny ViT written in the official layout, then read back; the file says the
     architecture):
@@ -275,33 +299,41 @@ def load(path, *, image_size=None, num_classes=None, drop_pre_logits=False, pose
     >>> path = os.path.join(tempfile.mkdtemp(), "vit.npz")
     >>> save(create_model("ViT-Ti/4", image_size=8, num_layers=2, num_classes=3), path)
     >>> model = load(path)
-    >>> model.patch_size, model.num_layers
+    >>> model.config.patches.patch_size, model.config.encoder.num_layers
     (4, 2)
+    >>> type(load(path, num_classes=0)).__name__
+    'ViTBackbone'
     """
     tensors = read_checkpoint(path)
     infer, table_of, model_class = _family(tensors)
     if posemb_grid is not None:
-        if model_class is not VisionTransformer:
+        if model_class is ResNetV2:
             raise ValueError("posemb_grid is the grid of a ViT's position embedding; this BiT "
                              "file has none: leave posemb_grid out.")
         infer = functools.partial(infer, posemb_grid=posemb_grid)
-    config = infer(tensors)
-    skip = prepare_config(
-        config, tensors, HEAD_KEYS, PRE_LOGITS_KEYS, num_classes=num_classes,
+    options = {} if model_class is ResNetV2 else model_options(overrides)
+    config, skip = prepare_config(
+        infer(tensors), tensors, HEAD_KEYS, PRE_LOGITS_KEYS, num_classes=num_classes,
         drop_pre_logits=drop_pre_logits, image_size=image_size, overrides=overrides,
+        representation_size=representation_size(tensors),
     )
-    model = model_class(**config)
-    assign(table_of(model), resize_posemb_tensor(tensors, POSEMB, model, posemb_grid), skip)
+    if model_class is ResNetV2:
+        model = ResNetV2(**config)
+    else:
+        model = build_vit(config, **options)
+        tensors = resize_posemb_tensor(tensors, POSEMB, config, posemb_grid)
+    assign(table_of(model), tensors, skip)
     return model
 
 
 def save(model, path):
     """Write a keras_vit model in the official ``.npz`` layout (``load`` reads it back; the
-    official format of ``keras_vit.save_checkpoint``).
+    official format of ``keras_vit.save_checkpoint``): a ``ViTImageClassifier``, a
+    ``ViTBackbone`` (no head keys) or a ``ResNetV2``.
 
-    A ``VisionTransformer`` built with another position embedding than the default
-    ('learned_1d' at the 'stem', paper Appendix D.4) has no official layout: this raises a
-    ``ValueError`` before writing anything; save it with ``model.save("model.keras")``.
+    A ViT built with another position embedding than the default ('learned_1d' at the 'stem',
+    paper Appendix D.4) has no official layout: this raises a ``ValueError`` before writing
+    anything; save it with ``model.save("model.keras")``.
 
     Example:
     >>> import os, tempfile

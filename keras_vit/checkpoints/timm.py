@@ -36,6 +36,7 @@ from keras_vit.checkpoints.base import (
     Entry,
     assign,
     export,
+    model_options,
     prepare_config,
     resize_posemb_tensor,
     torch_conv_kernel,
@@ -43,11 +44,12 @@ from keras_vit.checkpoints.base import (
     write_atomically,
 )
 from keras_vit.checkpoints.capabilities import check_expressible
+from keras_vit.checkpoints.official import build_vit
 from keras_vit.layers.encoder import EncoderConfig
 from keras_vit.layers.position import table_grid
-from keras_vit.layers.resnet import ROOT_WIDTH, hybrid_stride, plain_number
+from keras_vit.layers.resnet import ROOT_WIDTH, plain_number
+from keras_vit.models.description import Head, Patches, Stem, ViTConfig
 from keras_vit.models.resnet_v2 import ResNetV2
-from keras_vit.models.vit import VisionTransformer
 
 EXTENSIONS = (".safetensors", ".pth", ".bin", ".pt")
 
@@ -176,20 +178,21 @@ def _linear(prefix, layer):
 
 
 def vit_table(model):
-    """timm key -> Entry for a ``VisionTransformer`` (plain or hybrid)."""
+    """timm key -> Entry for a ``ViTImageClassifier`` or ``ViTBackbone`` (plain or hybrid; a
+    backbone has no ``head`` keys: timm's ``num_classes=0``)."""
     check_expressible(model, "timm")
-    table = {}
-    if model.resnet is not None:
+    config, table = model.config, {}
+    if config.stem is not None:
         stem = resnet.hybrid_stem_table(model.get_layer("resnet"))
         table.update({f"patch_embed.backbone.{_timm_resnet_key(k)}": _torch_entry(k, e)
                       for k, e in stem.items()})
     embedding = model.get_layer("embedding").conv
     table["patch_embed.proj.weight"] = torch_conv_kernel(embedding.kernel)
     table["patch_embed.proj.bias"] = Entry(embedding.bias)
-    if model.classifier == "token":
+    if config.encoder.classifier == "token":
         table["cls_token"] = Entry(model.get_layer("cls").cls)
     table["pos_embed"] = Entry(model.get_layer("posembed_input").pos_embedding)
-    for i in range(model.num_layers):
+    for i in range(config.encoder.num_layers):
         block = model.get_layer(f"encoderblock_{i}")
         attention = block.MultiHeadDotProductAttention_1
         table.update(_norm(f"blocks.{i}.norm1", block.LayerNorm_0))
@@ -201,7 +204,7 @@ def vit_table(model):
         table.update(_linear(f"blocks.{i}.mlp.fc1", block.MlpBlock_3.Dense_0))
         table.update(_linear(f"blocks.{i}.mlp.fc2", block.MlpBlock_3.Dense_1))
     table.update(_norm("norm", model.get_layer("encoder_norm")))
-    if model.num_classes is not None:
+    if config.head is not None:
         table.update(_linear("head", model.get_layer("head")))
     return table
 
@@ -279,8 +282,9 @@ def _count(tensors, template):
 
 
 def infer_vit_config(tensors, num_heads=None, posemb_grid=None):
-    """``VisionTransformer`` arguments from a timm ViT state dict (a non-square ``pos_embed``
-    needs its ``posemb_grid=(rows, cols)``: the state dict does not record it)."""
+    """The ``ViTConfig`` of a timm ViT state dict (its head None when the file has none; a
+    non-square ``pos_embed`` needs its ``posemb_grid=(rows, cols)``: the state dict does not
+    record it)."""
     refuse_variants(tensors)
     proj = tensors["patch_embed.proj.weight"]
     hidden, channels, patch, patch_w = proj.shape
@@ -302,24 +306,9 @@ def infer_vit_config(tensors, num_heads=None, posemb_grid=None):
     encoder = EncoderConfig(num_layers, num_heads, int(tensors["blocks.0.mlp.fc1.weight"].shape[0]),
                             hidden_size=int(hidden), classifier=classifier,
                             approximate_gelu=False)  # timm's nn.GELU
-    config = dict(
-        encoder.to_dict(), patch_size=int(patch), representation_size=None,
-        num_classes=int(tensors["head.weight"].shape[0]) if "head.weight" in tensors else None,
-        num_channels=int(channels),
-    )
-    stride = int(patch)
-    if "patch_embed.backbone.stem.conv.weight" in tensors:
-        root = tensors["patch_embed.backbone.stem.conv.weight"]
-        num_stages = _count(tensors, "patch_embed.backbone.stages.{}.blocks.0.conv1.weight")
-        layers = [_count(tensors, f"patch_embed.backbone.stages.{s}.blocks.{{}}.conv1.weight")
-                  for s in range(num_stages)]
-        config.update(resnet=dict(num_layers=layers,
-                                  width_factor=plain_number(root.shape[0] / ROOT_WIDTH)),
-                      num_channels=int(root.shape[1]))
-        stride *= hybrid_stride(layers)
-    elif any(k.startswith("patch_embed.backbone.") for k in tensors):
-        raise ValueError("This hybrid's backbone is not a ResNetV2 with a stem and stages (e.g. "
-                         "timm's R+ViT-Ti without stages); it is not supported.")
+    head = Head(int(tensors["head.weight"].shape[0])) if "head.weight" in tensors else None
+    stem, channels = _hybrid_stem(tensors, channels)
+    stride = int(patch) * (1 if stem is None else stem.stride)
     try:
         rows, cols = table_grid(tensors["pos_embed"].shape[1] - (classifier == "token"),
                                 posemb_grid, "posemb_grid")
@@ -327,8 +316,23 @@ def infer_vit_config(tensors, num_heads=None, posemb_grid=None):
         hint = (" A pos_embed without the class token's row (timm's no_embed_class=True) is not "
                 "supported." if classifier == "token" else "")
         raise ValueError(f"pos_embed: {error}{hint}") from None
-    config["image_size"] = (rows * stride, cols * stride)
-    return config
+    return ViTConfig(Patches(int(patch), int(channels)), encoder,
+                     image_size=(rows * stride, cols * stride), stem=stem, head=head)
+
+
+def _hybrid_stem(tensors, channels):
+    """``(Stem or None, input channels)``: a hybrid's ``patch_embed.backbone``."""
+    if "patch_embed.backbone.stem.conv.weight" in tensors:
+        root = tensors["patch_embed.backbone.stem.conv.weight"]
+        num_stages = _count(tensors, "patch_embed.backbone.stages.{}.blocks.0.conv1.weight")
+        layers = [_count(tensors, f"patch_embed.backbone.stages.{s}.blocks.{{}}.conv1.weight")
+                  for s in range(num_stages)]
+        stem = Stem(layers, width_factor=plain_number(root.shape[0] / ROOT_WIDTH))
+        return stem, int(root.shape[1])
+    if any(k.startswith("patch_embed.backbone.") for k in tensors):
+        raise ValueError("This hybrid's backbone is not a ResNetV2 with a stem and stages (e.g. "
+                         "timm's R+ViT-Ti without stages); it is not supported.")
+    return None, channels
 
 
 def infer_bit_config(tensors):
@@ -354,8 +358,8 @@ def infer_bit_config(tensors):
 def _fill_optional_biases(tensors, config):
     """qkv_bias=False: the official layout always has biases, which are then zero (exact)."""
     tensors = dict(tensors)
-    d = config["hidden_size"]
-    for i in range(config["num_layers"]):
+    d = config.encoder.hidden_size
+    for i in range(config.encoder.num_layers):
         tensors.setdefault(f"blocks.{i}.attn.qkv.bias", np.zeros(3 * d, "float32"))
     return tensors
 
@@ -365,18 +369,18 @@ def _fill_optional_biases(tensors, config):
 
 def load(path, *, image_size=None, num_classes=None, num_heads=None, posemb_grid=None,
          **overrides):
-    """Build the model a timm state dict describes and load it (see ``load_checkpoint``);
-    ``posemb_grid=(rows, cols)`` states the grid of a non-square ``pos_embed``."""
+    """Build the model a timm state dict describes and load it (see ``load_checkpoint``): a
+    ``ViTImageClassifier``, a ``ViTBackbone`` (no head in the file, or ``num_classes=0``) or
+    a ``ResNetV2``; ``posemb_grid=(rows, cols)`` states the grid of a non-square
+    ``pos_embed``."""
     tensors = strip_prefix(read_state_dict(path))
     if "stem.conv.weight" in tensors:
         if posemb_grid is not None:
             raise ValueError("posemb_grid is the grid of a ViT's position embedding; a BiT state "
                              "dict has none: leave posemb_grid out.")
-        config, model_class = infer_bit_config(tensors), ResNetV2
-        head_keys = {"head.fc.weight", "head.fc.bias"}
+        config, head_keys = infer_bit_config(tensors), {"head.fc.weight", "head.fc.bias"}
     elif "patch_embed.proj.weight" in tensors:
         config = infer_vit_config(tensors, num_heads, posemb_grid)
-        model_class = VisionTransformer
         tensors = _fill_optional_biases(tensors, config)
         head_keys = {"head.weight", "head.bias"}
     else:
@@ -385,11 +389,15 @@ def load(path, *, image_size=None, num_classes=None, num_heads=None, posemb_grid
             "Not a timm ViT, hybrid or BiT state dict: it has neither 'patch_embed.proj.weight' "
             f"nor 'stem.conv.weight' (first keys: {sample})."
         )
-    skip = prepare_config(config, tensors, head_keys, (), num_classes=num_classes,
-                          image_size=image_size, overrides=overrides)
-    model = model_class(**config)
-    assign(table_for(model), resize_posemb_tensor(tensors, "pos_embed", model, posemb_grid), skip,
-           "timm state dict")
+    options = {} if isinstance(config, dict) else model_options(overrides)
+    config, skip = prepare_config(config, tensors, head_keys, (), num_classes=num_classes,
+                                  image_size=image_size, overrides=overrides)
+    if isinstance(config, dict):
+        model = ResNetV2(**config)
+    else:
+        model = build_vit(config, **options)
+        tensors = resize_posemb_tensor(tensors, "pos_embed", config, posemb_grid)
+    assign(table_for(model), tensors, skip, "timm state dict")
     return model
 
 

@@ -10,13 +10,18 @@ adds is honoured:
 - ``hidden_act``: ``"gelu"`` (exact) -> ``approximate_gelu=False``; ``"gelu_pytorch_tanh"`` /
   ``"gelu_new"`` (the tanh form of the official code) -> ``True``; others are refused;
 - ``qkv_bias=False`` -> zero biases (exact);
-- ``ViTModel``'s pooler (Dense + tanh on the class token, ``pooler_act="tanh"``) is the paper's
-  pre-logits layer (``representation_size = pooler_output_size``); ``ViTForImageClassification``
-  has no pooler and a ``classifier`` head on the class token.
+- ``ViTForImageClassification`` (a ``classifier`` head on the class token) is a
+  ``ViTImageClassifier``; ``ViTModel`` is a ``ViTBackbone`` (``last_hidden_state`` is its
+  ``"tokens"``). ``ViTModel``'s pooler (Dense + tanh on the class token, ``pooler_act="tanh"``)
+  is the paper's pre-logits layer, which in keras_vit belongs to a classifier's head
+  (``representation_size = pooler_output_size``): loading a folder with a pooler asks for
+  ``num_classes=K`` (the pooler kept under a new zero head) or ``num_classes=0`` (the backbone
+  without it).
 
 Transformers has no GAP ViT and no pre-logits layer before a classification head: such models
-are refused when saving. The kernels are PyTorch ``Linear`` weights (out, in); attention kernels
-are the official (D, H, hd) ones flattened.
+are refused when saving; a ``ViTBackbone`` is written as a ``ViTModel`` without pooler. The
+kernels are PyTorch ``Linear`` weights (out, in); attention kernels are the official (D, H, hd)
+ones flattened.
 """
 
 import json
@@ -29,17 +34,22 @@ from keras_vit.checkpoints.base import (
     Entry,
     assign,
     export,
+    model_options,
     prepare_config,
     resize_posemb_tensor,
     torch_conv_kernel,
     torch_dense_kernel,
     write_atomically,
 )
-from keras_vit.checkpoints.capabilities import check_expressible, check_position
+from keras_vit.checkpoints.capabilities import (
+    check_expressible,
+    check_position,
+    fixed_image_size,
+)
+from keras_vit.checkpoints.official import build_vit
 from keras_vit.checkpoints.timm import read_state_dict
 from keras_vit.layers.encoder import EncoderConfig
-from keras_vit.models.base import image_shape
-from keras_vit.models.vit import VisionTransformer
+from keras_vit.models.description import Head, Patches, ViTConfig
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 ACTIVATIONS = {"gelu": False, "gelu_pytorch_tanh": True, "gelu_new": True}
@@ -95,7 +105,8 @@ def _prefix(tensors):
 
 
 def infer_config(hf, tensors):
-    """``VisionTransformer`` arguments from a transformers ViT config and its tensors."""
+    """The ``ViTConfig`` of a transformers ViT config and its tensors (its head None for a
+    ``ViTModel``)."""
     act = hf.get("hidden_act", "gelu")
     if act not in ACTIVATIONS:
         raise ValueError(
@@ -104,36 +115,34 @@ def infer_config(hf, tensors):
     if hf.get("pooler_act", "tanh") != "tanh":
         raise ValueError(f"pooler_act={hf['pooler_act']!r} is not supported; only 'tanh' (the "
                          "paper's pre-logits layer).")
-    prefix = _prefix(tensors)
-    pooler = f"{prefix}pooler.dense.weight"
-    size = hf.get("image_size", 224)
     encoder = EncoderConfig(
         int(hf["num_hidden_layers"]), int(hf["num_attention_heads"]), int(hf["intermediate_size"]),
         hidden_size=int(hf["hidden_size"]), classifier="token", approximate_gelu=ACTIVATIONS[act],
         layer_norm_epsilon=float(hf.get("layer_norm_eps", 1e-12)))
-    return dict(
-        encoder.to_dict(),
-        image_size=tuple(size) if isinstance(size, (list, tuple)) else int(size),
-        patch_size=int(hf.get("patch_size", 16)),
-        num_classes=(int(tensors["classifier.weight"].shape[0])
-                     if "classifier.weight" in tensors else None),
-        representation_size=int(tensors[pooler].shape[0]) if pooler in tensors else None,
-        num_channels=int(hf.get("num_channels", 3)),
-    )
+    head = None
+    if "classifier.weight" in tensors:
+        head = Head(int(tensors["classifier.weight"].shape[0]))
+    return ViTConfig(Patches(int(hf.get("patch_size", 16)), int(hf.get("num_channels", 3))),
+                     encoder, image_size=hf.get("image_size", 224), head=head)
+
+
+def pooler_size(tensors):
+    """The width of a ``ViTModel``'s pooler (the pre-logits layer), or None."""
+    pooler = tensors.get(f"{_prefix(tensors)}pooler.dense.weight")
+    return None if pooler is None else int(pooler.shape[0])
 
 
 def table(model):
-    """transformers key -> Entry for a class-token ``VisionTransformer``.
-
-    With a head the layout is ``ViTForImageClassification`` (``vit.`` prefix, ``classifier``);
-    without, ``ViTModel`` (no prefix; a pre-logits layer is its ``pooler``).
-    """
+    """transformers key -> Entry for a class-token ``ViTImageClassifier`` (the
+    ``ViTForImageClassification`` layout: ``vit.`` prefix, ``classifier``) or ``ViTBackbone``
+    (``ViTModel``: no prefix, no pooler)."""
     check_expressible(model, "transformers")
-    return layout(model, "vit." if model.num_classes is not None else "")
+    return layout(model, "vit." if model.config.head is not None else "")
 
 
 def layout(model, prefix):
-    """The keys of ``model`` under ``prefix`` (a ViTModel folder loaded with a new head too)."""
+    """The keys of ``model`` under ``prefix`` (a ViTModel folder loaded with a new head too; a
+    pre-logits layer is the ViTModel's ``pooler``)."""
     embedding = model.get_layer("embedding").conv
     t = {
         f"{prefix}embeddings.cls_token": Entry(model.get_layer("cls").cls),
@@ -143,7 +152,7 @@ def layout(model, prefix):
             torch_conv_kernel(embedding.kernel),
         f"{prefix}embeddings.patch_embeddings.projection.bias": Entry(embedding.bias),
     }
-    for i in range(model.num_layers):
+    for i in range(model.config.encoder.num_layers):
         block = model.get_layer(f"encoderblock_{i}")
         attention = block.MultiHeadDotProductAttention_1
         layer = f"{prefix}encoder.layer.{i}"
@@ -166,11 +175,12 @@ def layout(model, prefix):
     norm = model.get_layer("encoder_norm")
     t[f"{prefix}layernorm.weight"] = Entry(norm.gamma)
     t[f"{prefix}layernorm.bias"] = Entry(norm.beta)
-    if model.representation_size is not None:
+    head = model.config.head
+    if head is not None and head.representation_size is not None:
         pre_logits = model.get_layer("pre_logits")
         t[f"{prefix}pooler.dense.weight"] = torch_dense_kernel(pre_logits.kernel)
         t[f"{prefix}pooler.dense.bias"] = Entry(pre_logits.bias)
-    if model.num_classes is not None:
+    if head is not None:
         head = model.get_layer("head")
         t["classifier.weight"] = torch_dense_kernel(head.kernel)
         t["classifier.bias"] = Entry(head.bias)
@@ -179,50 +189,55 @@ def layout(model, prefix):
 
 def hf_config(model):
     """The ``config.json`` transformers needs to rebuild ``model``."""
-    height, width = model.image_size
+    config = model.config
+    encoder, head = config.encoder, config.head
+    height, width = fixed_image_size(config, "transformers")
     if height != width:
         raise ValueError("transformers' ViTConfig has one image_size; this model is "
                          f"{height}x{width}.")
-    config = dict(
+    hf = dict(
         model_type="vit",
-        architectures=["ViTForImageClassification" if model.num_classes else "ViTModel"],
-        hidden_size=model.hidden_size, num_hidden_layers=model.num_layers,
-        num_attention_heads=model.num_heads, intermediate_size=model.mlp_dim,
-        hidden_act="gelu_pytorch_tanh" if model.approximate_gelu else "gelu",
-        hidden_dropout_prob=model.dropout_rate,
-        attention_probs_dropout_prob=model.attention_dropout_rate,
-        layer_norm_eps=model.layer_norm_epsilon, image_size=height,
-        patch_size=model.patch_size, num_channels=model.num_channels, qkv_bias=True,
-        pooler_output_size=model.representation_size or model.hidden_size, pooler_act="tanh",
+        architectures=["ViTForImageClassification" if head else "ViTModel"],
+        hidden_size=encoder.hidden_size, num_hidden_layers=encoder.num_layers,
+        num_attention_heads=encoder.num_heads, intermediate_size=encoder.mlp_dim,
+        hidden_act="gelu_pytorch_tanh" if encoder.approximate_gelu else "gelu",
+        hidden_dropout_prob=encoder.dropout_rate,
+        attention_probs_dropout_prob=encoder.attention_dropout_rate,
+        layer_norm_eps=encoder.layer_norm_epsilon, image_size=height,
+        patch_size=config.patches.patch_size, num_channels=config.patches.num_channels,
+        qkv_bias=True, pooler_output_size=encoder.hidden_size, pooler_act="tanh",
     )
-    if model.num_classes:
-        config["id2label"] = {str(i): f"LABEL_{i}" for i in range(model.num_classes)}
-        config["label2id"] = {f"LABEL_{i}": i for i in range(model.num_classes)}
-    return config
+    if head:
+        hf["id2label"] = {str(i): f"LABEL_{i}" for i in range(head.num_classes)}
+        hf["label2id"] = {f"LABEL_{i}": i for i in range(head.num_classes)}
+    return hf
 
 
 def load(path, *, image_size=None, num_classes=None, drop_pre_logits=False, **overrides):
-    """Build the model a transformers ViT folder describes and load it (see ``load_checkpoint``)."""
+    """Build the model a transformers ViT folder describes and load it (see
+    ``load_checkpoint``): a ``ViTImageClassifier``, or a ``ViTBackbone`` for a ``ViTModel``
+    (a pooler needs ``num_classes``: the module's docstring)."""
     hf, tensors = read_folder(path)
     config = infer_config(hf, tensors)
     # config.json states the size, so the table's grid is known even when it is not square
-    file_grid = tuple(side // config["patch_size"] for side in image_shape(config["image_size"]))
+    file_grid = config.grid
     prefix = _prefix(tensors)
     if not hf.get("qkv_bias", True):
         tensors = dict(tensors)
-        for i in range(config["num_layers"]):
+        for i in range(config.encoder.num_layers):
             for name in ("query", "key", "value"):
                 key = f"{prefix}encoder.layer.{i}.attention.attention.{name}.bias"
-                tensors.setdefault(key, np.zeros(config["hidden_size"], "float32"))
+                tensors.setdefault(key, np.zeros(config.encoder.hidden_size, "float32"))
     head = {"classifier.weight", "classifier.bias"}
     pooler = {f"{prefix}pooler.dense.weight", f"{prefix}pooler.dense.bias"}
-    skip = prepare_config(config, tensors, head, pooler, num_classes=num_classes,
-                          drop_pre_logits=drop_pre_logits, image_size=image_size,
-                          overrides=overrides)
-    model = VisionTransformer(**config)
+    options = model_options(overrides)
+    config, skip = prepare_config(config, tensors, head, pooler, num_classes=num_classes,
+                                  drop_pre_logits=drop_pre_logits, image_size=image_size,
+                                  overrides=overrides, representation_size=pooler_size(tensors))
+    model = build_vit(config, **options)
     check_position(model, "transformers")
     key = f"{prefix}embeddings.position_embeddings"
-    assign(layout(model, prefix), resize_posemb_tensor(tensors, key, model, file_grid), skip,
+    assign(layout(model, prefix), resize_posemb_tensor(tensors, key, config, file_grid), skip,
            "transformers checkpoint")
     return model
 

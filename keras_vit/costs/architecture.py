@@ -1,35 +1,70 @@
-"""What the analytic models read of a model: its settings, from a built model or from a registered
-name without building it, the token grid its attentions span, and the maps of its ResNet.
+"""What the analytic models read of a model: its description, the token grid its attentions
+span, and the maps of its ResNet.
 
-A registered name (``"ViT-H/14"``) is read from its configuration into the same attributes a
-built model has (``hidden_size``, ``num_layers``, ``resnet``...), so ``flops`` and ``memory`` count
-both alike; ViT-H/14 has 632M weights, none of which need to exist to count them.
+A ViT (plain, hybrid or Axial-ViT) is read as its ``ViTConfig``: a built model's ``.config``, a
+registered name's ``keras_vit.models.registry.model_config`` (nothing built), or a ``ViTConfig``
+given directly. A BiT ``ResNetV2`` or an ``AxialResNet`` is read as a ``ResNetDescription`` of
+its constructor's arguments. ``flops`` and ``memory`` count all of them alike; ViT-H/14 has 632M
+weights, none of which need to exist to count them.
 """
 
+import dataclasses
 import inspect
-import types
 
-from keras_vit.layers.encoder import EncoderConfig
-from keras_vit.layers.resnet import (
-    EXPANSION,
-    HYBRID_STAGES,
-    check_units,
-    hybrid_stride,
-    root_width,
-    stage_strides,
-)
-from keras_vit.models.axial import AxialVisionTransformer
-from keras_vit.models.base import ConfiguredModel, image_shape
+import keras
+
+from keras_vit.layers.resnet import EXPANSION, check_units, plain_number, root_width, stage_strides
+from keras_vit.models.axial import AxialResNet
+from keras_vit.models.base import image_shape
+from keras_vit.models.description import ViTConfig
 from keras_vit.models.registry import parse
-from keras_vit.models.vit import VisionTransformer, vit_arguments
+from keras_vit.models.resnet_v2 import ResNetV2
+from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
 
 # A registered name is counted at the paper's pre-training resolution and ImageNet's classes
 # unless told otherwise (the defaults of ``keras_vit.create_model``).
 NAME_IMAGE_SIZE = 224
 NAME_NUM_CLASSES = 1000
+# Keywords a model takes besides its description, which do not change what is counted: the
+# model's name, its dtype policy (memory takes its dtype argument instead), Keras' trainable.
+MODEL_KEYWORDS = ("name", "dtype", "trainable")
 # An AxialUnit's attention projects its C channels to 2C with a 1x1 convolution: queries and
 # keys C/2 each, values C (Axial-DeepLab; keras_vit.layers.axial).
 AXIAL_PROJECTION_WIDTH = 2
+VIT_MODELS = (ViTBackbone, ViTImageClassifier)
+RESNET_MODELS = (ResNetV2, AxialResNet)
+
+
+@dataclasses.dataclass(frozen=True)
+class ResNetDescription:
+    """What the counts read of a BiT ``ResNetV2`` or an ``AxialResNet``: its constructor's
+    arguments (``num_heads`` is the AxialResNet's, None for BiT)."""
+
+    block_units: tuple
+    width_factor: float
+    num_classes: int | None = 1000
+    image_size: tuple | None = (224, 224)
+    num_channels: int = 3
+    num_heads: int | None = None
+
+    def __post_init__(self):
+        units = tuple(check_units(self.block_units, "block_units", allow_empty=False))
+        object.__setattr__(self, "block_units", units)
+        object.__setattr__(self, "width_factor", plain_number(self.width_factor))
+        if self.image_size is not None:
+            object.__setattr__(self, "image_size", image_shape(self.image_size))
+
+    stride = 1  # a ResNet has no patches to align an image with
+
+    @property
+    def axial(self):
+        return self.num_heads is not None
+
+    @classmethod
+    def of(cls, model):
+        """The description of a built ``ResNetV2`` or ``AxialResNet``."""
+        return cls(model.block_units, model.width_factor, model.num_classes, model.image_size,
+                   model.num_channels, model.num_heads if isinstance(model, AxialResNet) else None)
 
 
 def ceil_half(side):
@@ -40,15 +75,6 @@ def ceil_half(side):
 def root_output(side):
     """The (height, width) after a ResNet root: the stride-2 convolution, then the max-pool."""
     return ceil_half(ceil_half(side[0])), ceil_half(ceil_half(side[1]))
-
-
-def hybrid_stages(resnet):
-    """The units per stage of a hybrid's ResNet (``resnet``: the model's ``resnet`` dict)."""
-    return resnet.get("num_layers", HYBRID_STAGES)
-
-
-def hybrid_width_factor(resnet):
-    return resnet.get("width_factor", 1)
 
 
 def resnet_units(side, stages, width_factor):
@@ -67,29 +93,31 @@ def resnet_units(side, stages, width_factor):
             side, channels = out, EXPANSION * features
 
 
-def token_spans(model, grid):
-    """(tokens, the key span of each attention of a layer) of a ViT on a ``grid`` of patches.
+def token_spans(config, grid):
+    """(tokens, the key span of each attention of a layer) of the ViT ``config`` on a ``grid``
+    of patches.
 
     A ViT attends over all its tokens once per layer; an Axial-ViT twice, within each row (span
     the grid's width) and within each column (its height, plus the class row).
     """
-    cls = model.classifier == "token"
-    if getattr(model, "axial", False) or isinstance(model, AxialVisionTransformer):
+    cls = config.encoder.classifier == "token"
+    if config.encoder.axial:
         return (grid[0] + cls) * grid[1], (grid[1], grid[0] + cls)
     tokens = grid[0] * grid[1] + cls
     return tokens, (tokens,)
 
 
-def check_size(model, image_size, what="flops"):
-    """The (height, width) to count ``model`` at: ``image_size`` or the model's own, checked
-    against its stride (``what``: the function counting, named in the error)."""
-    size = image_size if image_size is not None else model.image_size
+def check_size(description, image_size, label, what="flops"):
+    """The (height, width) to count at: ``image_size`` or the description's own, checked
+    against its stride (``label`` names the model, ``what`` the function counting, in the
+    errors)."""
+    size = image_size if image_size is not None else description.image_size
     if size is None:
         raise ValueError(
-            f"{model.name} takes any image size; pass {what}(model, image_size=...) to count one."
+            f"{label} takes any image size; pass {what}(model, image_size=...) to count one."
         )
     height, width = image_shape(size)
-    stride = getattr(model, "stride", 1)
+    stride = description.stride
     for name, side in (("height", height), ("width", width)):
         if side < stride:
             raise ValueError(
@@ -104,53 +132,86 @@ def check_size(model, image_size, what="flops"):
     return height, width
 
 
-def _defaults(model_class):
-    """The constructor defaults, a subclass's over its bases' (Axial-ViT over ViT)."""
-    defaults = {}
-    for klass in reversed(model_class.__mro__):
-        if "__init__" in vars(klass) and issubclass(klass, ConfiguredModel) and (
-                klass is not ConfiguredModel):
-            defaults.update({key: parameter.default
-                             for key, parameter in inspect.signature(klass).parameters.items()
-                             if parameter.default is not inspect.Parameter.empty})
-    return defaults
-
-
-def configuration(name, image_size, num_classes, overrides, what="flops"):
-    """``(model class, settings)`` of a registered name: the checked configuration, as the
-    attributes a built model has, plus ``stride`` (pixels per patch, stem included) and
-    ``axial`` for a ViT. Nothing is built."""
-    _, model_class, config = parse(name)
-    unknown = sorted(set(overrides) - set(_defaults(model_class)) - {"name", "dtype"})
+def _resnet_of_name(name, model_class, arguments, overrides, what):
+    """The ``ResNetDescription`` of a registered ResNet name with ``overrides``: the arguments
+    create_model passes to the constructor, named and defaulted by its signature."""
+    signature = inspect.signature(model_class)
+    named = [key for key, parameter in signature.parameters.items()
+             if parameter.kind is parameter.KEYWORD_ONLY or (
+                 parameter.kind is parameter.POSITIONAL_OR_KEYWORD)]
+    unknown = sorted(set(overrides) - set(named))
     if unknown:
         raise TypeError(f"{model_class.__name__} takes no argument {', '.join(unknown)}; "
                         f"{what}({name!r}, ...) takes the arguments of create_model.")
-    config.update(overrides, image_size=image_size, num_classes=num_classes)
-    arguments = {**_defaults(model_class), **config}
-    arguments.pop("name"), arguments.pop("dtype")
-    if issubclass(model_class, VisionTransformer):
-        encoder, rest = EncoderConfig.split(arguments)
-        arguments = vit_arguments(encoder, **rest)
-        arguments["axial"] = issubclass(model_class, AxialVisionTransformer)
-        resnet = arguments["resnet"]
-        stem = 1 if resnet is None else hybrid_stride(hybrid_stages(resnet))
-        arguments["stride"] = arguments["patch_size"] * stem
-    else:
-        arguments["block_units"] = check_units(arguments["block_units"], "block_units",
-                                               allow_empty=False)
-        arguments["image_size"] = image_shape(arguments["image_size"])
-    return model_class, types.SimpleNamespace(name=name, **arguments)
+    bound = signature.bind(**{**arguments, **overrides})
+    bound.apply_defaults()
+    fields = [field.name for field in dataclasses.fields(ResNetDescription)]
+    return ResNetDescription(**{key: bound.arguments[key] for key in fields
+                                if key in bound.arguments})
 
 
-def read(model, image_size, overrides, what="flops"):
-    """``(model class, settings, height, width)`` of a registered name (``overrides``: the
-    arguments of ``create_model``, ``num_classes`` included) or of a built model (none)."""
+def describe_name(name, image_size=None, overrides=None, what="flops"):
+    """The description of a registered name as ``create_model(name, image_size=...,
+    **overrides)`` would build it (224 px and 1,000 classes unless told): a ``ViTConfig`` or a
+    ``ResNetDescription``. Nothing is built."""
+    overrides = {key: value for key, value in (overrides or {}).items()
+                 if key not in MODEL_KEYWORDS}
+    size = NAME_IMAGE_SIZE if image_size is None else image_size
+    num_classes = overrides.pop("num_classes", NAME_NUM_CLASSES)
+    _, model_class, config = parse(name)
+    if not isinstance(config, ViTConfig):
+        return _resnet_of_name(name, model_class, config,
+                               dict(overrides, image_size=size, num_classes=num_classes), what)
+    try:
+        return config.replace(image_size=size, num_classes=num_classes, **overrides)
+    except TypeError as error:
+        raise TypeError(f"{what}({name!r}, ...) takes the arguments of create_model: "
+                        f"{error}") from error
+
+
+def read(model, image_size=None, overrides=None, what="flops"):
+    """``(description, height, width)`` of a registered name (``overrides``: the arguments of
+    ``create_model``, ``num_classes`` included), of a ``ViTConfig`` (``overrides``: its flat
+    settings) or of a built model (none): the description is a ``ViTConfig`` for a ViT and a
+    ``ResNetDescription`` for a ResNet. A ViT is counted with the position tables of the image
+    it is counted at, unless its ``position_embedding_grid`` fixes them."""
+    overrides = dict(overrides or {})
     if isinstance(model, str):
-        num_classes = overrides.pop("num_classes", NAME_NUM_CLASSES)
-        size = NAME_IMAGE_SIZE if image_size is None else image_size
-        model_class, settings = configuration(model, size, num_classes, overrides, what)
-        return model_class, settings, *check_size(settings, image_size, what)
-    if overrides:
-        raise TypeError(f"{what} takes {', '.join(sorted(overrides))} only with a model name; a "
-                        "built model has its configuration already.")
-    return type(model), model, *check_size(model, image_size, what)
+        description = describe_name(model, image_size, overrides, what)
+    elif isinstance(model, ViTConfig):
+        description = model.replace(**overrides) if overrides else model
+    else:
+        if overrides:
+            raise TypeError(f"{what} takes {', '.join(sorted(overrides))} only with a model name "
+                            "or a ViTConfig; a built model has its configuration already.")
+        description = _description_of(model, what)
+    return description, *check_size(description, image_size, label(model), what)
+
+
+def label(model):
+    """How the errors name what is counted: a name, a built model's name, or its config."""
+    if isinstance(model, str):
+        return model
+    return "The ViTConfig's model" if isinstance(model, ViTConfig) else model.name
+
+
+def _description_of(model, what):
+    """The description of a built keras_vit model (its class checked by the caller)."""
+    if isinstance(model, VIT_MODELS):
+        return model.config
+    if isinstance(model, RESNET_MODELS):
+        return ResNetDescription.of(model)
+    raise TypeError(f"{what} reads keras_vit models, got {type(model).__name__}.")
+
+
+def is_vit(description):
+    return isinstance(description, ViTConfig)
+
+
+def dtype_policy(model, dtype):
+    """The dtype policy a count assumes: ``dtype``, else a built model's, else the global."""
+    if dtype is not None:
+        return keras.dtype_policies.get(dtype)
+    if isinstance(model, keras.Model):
+        return model.dtype_policy
+    return keras.dtype_policies.get(keras.config.dtype_policy())

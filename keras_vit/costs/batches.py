@@ -7,7 +7,7 @@ Example (ViT-B/16 at 384 px, the published fine-tune, on one 16 GiB TPU v5e chip
 18
 """
 
-from keras_vit.costs.architecture import NAME_IMAGE_SIZE, NAME_NUM_CLASSES, configuration
+from keras_vit.costs.architecture import describe_name, label
 from keras_vit.costs.memory import GIB, memory
 
 # The device of the paper's Fig. 12: one TPUv3 core, 16 GiB.
@@ -26,9 +26,8 @@ def largest_batch(model, image_size=None, memory_gib=TPU_V3_CORE_GIB, **options)
     budget = float(memory_gib) * GIB
     batch = int((budget - fixed) // per_example) if budget > fixed else 0
     if batch < 1:
-        name = model if isinstance(model, str) else model.name
         raise ValueError(
-            f"One example of {name} at {image_size or 'its size'} needs "
+            f"One example of {label(model)} at {image_size or 'its size'} needs "
             f"{(fixed + per_example) / GIB:.2f} GiB ({fixed / GIB:.2f} GiB without the "
             f"activations), more than {memory_gib} GiB. Use a device with more memory, "
             "a smaller image size, mixed precision (dtype='mixed_bfloat16'), "
@@ -60,8 +59,7 @@ def figure_12(models=FIGURE_12_MODELS, sizes=FIGURE_12_SIZES, memory_gib=TPU_V3_
     """
     table = {}
     for name in models:
-        settings = configuration(name, NAME_IMAGE_SIZE, NAME_NUM_CLASSES, {})[1]
-        stride = getattr(settings, "stride", 1)  # BiT: no patches to align with
+        stride = describe_name(name).stride  # 1 for a ResNet: no patches to align with
         row = []
         for size in sizes:
             size = max(stride, round(size / stride) * stride)

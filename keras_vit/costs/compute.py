@@ -14,16 +14,18 @@ Example (ViT-B/16 at 224 px: 17.6 GMACs, the figure timm and papers quote):
 >>> sorted(count.parts)
 ['attention_matrix', 'attention_projections', 'head', 'mlp', 'patch_embedding', 'stem']
 
-A registered name is counted from its configuration, without building the model, so that
-ViT-H/14 or BiT-R200x3 cost nothing to count (``flops("ViT-H/14")``). ``pretraining_flops`` is
+A registered name or a ``ViTConfig`` is counted from its description, without building the
+model, so that ViT-H/14 or BiT-R200x3 cost nothing to count (``flops("ViT-H/14")``,
+``flops(keras_vit.models.registry.model_config("ViT-H/14"))``). ``pretraining_flops`` is
 our estimate of the compute column of the paper's Table 6 (``keras_vit.costs.table_6``).
 """
 
 from keras_vit.costs.architecture import (
     AXIAL_PROJECTION_WIDTH,
+    RESNET_MODELS,
+    VIT_MODELS,
     ceil_half,
-    hybrid_stages,
-    hybrid_width_factor,
+    is_vit,
     read,
     resnet_units,
     root_output,
@@ -31,9 +33,7 @@ from keras_vit.costs.architecture import (
 )
 from keras_vit.costs.table_6 import JFT_CLASSES, JFT_IMAGES, PRETRAINING_IMAGE_SIZE
 from keras_vit.layers.resnet import EXPANSION, ROOT_KERNEL, root_width
-from keras_vit.models.axial import AxialResNet
-from keras_vit.models.resnet_v2 import ResNetV2
-from keras_vit.models.vit import VisionTransformer
+from keras_vit.models.description import ViTConfig
 
 FLOPS_PER_MULTIPLY_ADD = 2
 # A training step's products: the forward pass, and a backward pass that multiplies twice as
@@ -105,51 +105,52 @@ def _dense(width_in, width_out, rows=1):
     return FLOPS_PER_MULTIPLY_ADD * rows * width_in * width_out
 
 
-def _vit_flops(model, height, width):
+def _vit_flops(config, height, width):
     parts = {"stem": 0}
-    side, channels = (height, width), model.num_channels
-    if model.resnet is not None:
-        root, stages, side, channels = _resnet(side, channels, hybrid_stages(model.resnet),
-                                               hybrid_width_factor(model.resnet))
+    side, channels = (height, width), config.patches.num_channels
+    if config.stem is not None:
+        root, stages, side, channels = _resnet(side, channels, config.stem.num_layers,
+                                               config.stem.width_factor)
         parts["stem"] = root + stages
-    patch = model.patch_size
+    encoder, patch = config.encoder, config.patches.patch_size
     grid = (side[0] // patch, side[1] // patch)
-    dim, layers = model.hidden_size, model.num_layers
-    tokens, spans = token_spans(model, grid)
+    dim, layers = encoder.hidden_size, encoder.num_layers
+    tokens, spans = token_spans(config, grid)
     blocks = layers * len(spans)  # an Axial-ViT layer has a row and a column block
     parts["patch_embedding"] = _conv(grid, patch, channels, dim)
     parts["attention_projections"] = blocks * ATTENTION_PROJECTIONS * _dense(dim, dim, tokens)
-    parts["attention_matrix"] = layers * sum(_attention_matrix(model, tokens, span, dim)
+    parts["attention_matrix"] = layers * sum(_attention_matrix(encoder, tokens, span, dim)
                                              for span in spans)
-    parts["mlp"] = blocks * MLP_LAYERS * _dense(dim, model.mlp_dim, tokens)
-    parts["head"] = _head(model, dim)
+    parts["mlp"] = blocks * MLP_LAYERS * _dense(dim, encoder.mlp_dim, tokens)
+    head = config.head
+    parts["head"] = 0 if head is None else _head(dim, head.representation_size, head.num_classes)
     return parts
 
 
-def _attention_matrix(model, tokens, span, dim):
+def _attention_matrix(encoder, tokens, span, dim):
     """Every token against the ``span`` keys of its attention (and their relative offsets)."""
     count = ATTENTION_MATRIX_PRODUCTS * _dense(span, dim, tokens)
-    if model.position_embedding == "relative":  # queries against the 2 span - 1 offsets
+    if encoder.position_embedding == "relative":  # queries against the 2 span - 1 offsets
         count += _dense(2 * span - 1, dim, tokens)
     return count
 
 
-def _head(model, width_in):
-    """``pre_logits`` (if any), then the classifier."""
+def _head(width_in, representation_size, num_classes):
+    """``pre_logits`` (if any), then the classifier (if any)."""
     head = 0
-    if getattr(model, "representation_size", None) is not None:
-        head += _dense(width_in, model.representation_size)
-        width_in = model.representation_size
-    if model.num_classes is not None:
-        head += _dense(width_in, model.num_classes)
+    if representation_size is not None:
+        head += _dense(width_in, representation_size)
+        width_in = representation_size
+    if num_classes is not None:
+        head += _dense(width_in, num_classes)
     return head
 
 
-def _bit_flops(model, height, width):
-    middle = _axial_pair if getattr(model, "num_heads", None) else _conv3x3
-    root, stages, _, channels = _resnet(
-        (height, width), model.num_channels, model.block_units, model.width_factor, middle)
-    return {"stem": root, "stages": stages, "head": _head(model, channels)}
+def _resnet_flops(description, height, width):
+    middle = _axial_pair if description.axial else _conv3x3
+    root, stages, _, channels = _resnet((height, width), description.num_channels,
+                                        description.block_units, description.width_factor, middle)
+    return {"stem": root, "stages": stages, "head": _head(channels, None, description.num_classes)}
 
 
 def flops(model, image_size=None, **overrides):
@@ -159,40 +160,40 @@ def flops(model, image_size=None, **overrides):
     pre-training compute (Table 6) is this x 3 (forward and backward) x images seen.
 
     Args:
-        model: a ``VisionTransformer`` (plain, hybrid or Axial-ViT), a ``ResNetV2`` (BiT) or an
-            ``AxialResNet``, or a
-            registered name (``"ViT-H/14"``, ``"R50+ViT-B/16"``, ``"BiT-R200x3"``), counted from
-            its configuration without building the model.
+        model: a ``ViTImageClassifier`` or ``ViTBackbone`` (plain, hybrid or Axial-ViT), a
+            ``ResNetV2`` (BiT) or an ``AxialResNet``; or, counted without building a model, a
+            registered name (``"ViT-H/14"``, ``"R50+ViT-B/16"``, ``"BiT-R200x3"``) or a
+            ``ViTConfig``.
         image_size: int or (height, width); by default the model's own, 224 for a name.
-        **overrides: with a name only, the arguments ``create_model`` takes (``num_classes``,
-            1000 by default, ``classifier``, ``num_channels``...).
+        **overrides: with a name, the arguments ``create_model`` takes (``num_classes``, 1000
+            by default, ``classifier``, ``num_channels``, ``stem``...); with a ``ViTConfig``, the
+            settings ``ViTConfig.replace`` takes.
 
     Returns:
         a ``FlopCount``: the total as an ``int``, and ``.parts`` (name -> FLOPs): ``stem``,
         ``patch_embedding``, ``attention_projections``, ``attention_matrix``, ``mlp``, ``head``
-        for a ViT (``stem`` is the ResNet of a hybrid, 0 otherwise); ``stem`` (root),
-        ``stages`` and ``head`` for BiT.
+        for a ViT (``stem`` is the ResNet of a hybrid, 0 otherwise; ``head`` is 0 for a
+        backbone); ``stem`` (root), ``stages`` and ``head`` for BiT and AxialResNet.
 
-    Example (the attention matrix grows with the square of the token count):
-    >>> import keras_vit
-    >>> model = keras_vit.create_model("ViT-B/16", image_size=None,
-    ...                                position_embedding_grid=(14, 14))
-    >>> small, large = flops(model, 224), flops(model, 448)
+    Example (the attention matrix grows with the square of the token count; a description
+    is counted as the model it describes, nothing built):
+    >>> from keras_vit.models.registry import model_config
+    >>> config = model_config("ViT-B/16")
+    >>> small, large = flops(config, 224), flops(config, 448)
     >>> round(large.parts["attention_matrix"] / small.parts["attention_matrix"], 1)
     15.9
     >>> round(flops("ViT-H/14") / 1e9)  # by name: nothing is built
     335
     """
-    if not isinstance(model, (str, VisionTransformer, ResNetV2, AxialResNet)):
+    if not isinstance(model, (str, ViTConfig, *VIT_MODELS, *RESNET_MODELS)):
         raise TypeError(
-            f"flops counts keras_vit VisionTransformer and ResNetV2 models (Axial-ViT and "
-            f"AxialResNet included) and their registered names, got {type(model).__name__}; "
-            "count other models with XLA's cost analysis "
-            "(jax.jit(f).lower(x).compile().cost_analysis())."
+            f"flops counts keras_vit ViTImageClassifier, ViTBackbone, ResNetV2 and AxialResNet "
+            f"models, ViTConfigs and registered names, got {type(model).__name__}; count other "
+            "models with XLA's cost analysis (jax.jit(f).lower(x).compile().cost_analysis())."
         )
-    model_class, model, height, width = read(model, image_size, overrides)
-    count = _vit_flops if issubclass(model_class, VisionTransformer) else _bit_flops
-    return FlopCount(count(model, height, width))
+    description, height, width = read(model, image_size, overrides)
+    count = _vit_flops if is_vit(description) else _resnet_flops
+    return FlopCount(count(description, height, width))
 
 
 def pretraining_flops(model, epochs, *, images=JFT_IMAGES, image_size=PRETRAINING_IMAGE_SIZE,
@@ -201,7 +202,8 @@ def pretraining_flops(model, epochs, *, images=JFT_IMAGES, image_size=PRETRAININ
     ``TRAINING_OVER_FORWARD`` (forward and backward) x images seen.
 
     Args:
-        model: a registered name (counted without building it) or a built model.
+        model: a registered name or a ``ViTConfig`` (counted without building a model), or a
+            built model.
         epochs: passes over the ``images`` training images (JFT-300M by default).
         image_size: the pre-training resolution (224 in the paper).
         num_classes: the pre-training head (JFT's 18,291 classes by default).
@@ -210,7 +212,7 @@ def pretraining_flops(model, epochs, *, images=JFT_IMAGES, image_size=PRETRAININ
     >>> round(pretraining_flops("ViT-L/16", 14) / 1e18)
     1567
     """
-    if isinstance(model, str):
+    if isinstance(model, (str, ViTConfig)):
         forward = flops(model, image_size, num_classes=num_classes)
     else:
         forward = flops(model, image_size)

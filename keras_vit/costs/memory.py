@@ -53,8 +53,8 @@ import keras
 
 from keras_vit.costs.architecture import (
     ceil_half,
-    hybrid_stages,
-    hybrid_width_factor,
+    dtype_policy,
+    is_vit,
     read,
     resnet_units,
     root_output,
@@ -62,9 +62,10 @@ from keras_vit.costs.architecture import (
 )
 from keras_vit.costs.parameters import count_parameters
 from keras_vit.layers.resnet import EXPANSION, root_width
-from keras_vit.models.axial import AxialResNet, AxialVisionTransformer
+from keras_vit.models.axial import AxialResNet
+from keras_vit.models.description import ViTConfig
 from keras_vit.models.resnet_v2 import ResNetV2
-from keras_vit.models.vit import VisionTransformer
+from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
 
 GIB = 2**30
 FLOAT32_BYTES = 4  # images, labels and the attention matrices (softmax runs in float32)
@@ -100,7 +101,7 @@ NARROW_HEAD = 8
 RELATIVE_MATRICES_OF_WIDE_HEADS = 2
 
 # The model classes memory() counts (exact classes: a subclass may change the blocks).
-COVERED = (VisionTransformer, AxialVisionTransformer, ResNetV2, AxialResNet)
+COVERED = (ViTImageClassifier, ViTBackbone, ResNetV2, AxialResNet)
 
 
 class MemoryCount(int):
@@ -190,29 +191,29 @@ def _resnet_tally(tally, side, channels, stages, width_factor, style, heads=None
     return out, channels
 
 
-def _vit_tally(model, height, width):
+def _vit_tally(config, height, width):
     """(tally, blocks, what a block keeps, its input), per example, of a ViT, hybrid or
     Axial-ViT (a row and a column block per layer, on the grid with its class row)."""
     tally = _Tally()
-    side, channels = (height, width), model.num_channels
-    if model.resnet is not None:
-        side, channels = _resnet_tally(tally, side, channels, hybrid_stages(model.resnet),
-                                       hybrid_width_factor(model.resnet), "hybrid")
-    tokens, spans = token_spans(model, (side[0] // model.patch_size,
-                                        side[1] // model.patch_size))
-    dim, mlp = model.hidden_size, model.mlp_dim
+    side, channels = (height, width), config.patches.num_channels
+    if config.stem is not None:
+        side, channels = _resnet_tally(tally, side, channels, config.stem.num_layers,
+                                       config.stem.width_factor, "hybrid")
+    encoder, patch = config.encoder, config.patches.patch_size
+    tokens, spans = token_spans(config, (side[0] // patch, side[1] // patch))
+    dim, mlp = encoder.hidden_size, encoder.mlp_dim
     tally.add(0, side[0] * side[1] * channels + tokens * dim)  # the patch embedding
     per_token = (2 * LAYER_NORM_KEPT + QKV_KEPT + ATTENTION_OUTPUT_KEPT) * dim + MLP_KEPT * mlp
     block = tokens * per_token
     # The forward peak of a block: four D-wide tensors around the attention, or the residual
     # stream and its LayerNorm with the MLP's hidden layer before and after the GELU.
     peak = tokens * max(4 * dim, 2 * dim + 2 * mlp)
-    for _ in range(model.num_layers):
+    for _ in range(encoder.num_layers):
         for span in spans:
-            tally.add(block, peak, [model.num_heads * tokens * span])
+            tally.add(block, peak, [encoder.num_heads * tokens * span])
     final = LAYER_NORM_KEPT * tokens * dim  # the final LayerNorm
     tally.add(final, final)
-    return tally, model.num_layers * len(spans), block, tokens * dim
+    return tally, encoder.num_layers * len(spans), block, tokens * dim
 
 
 def _bytes(dtype):
@@ -220,46 +221,31 @@ def _bytes(dtype):
         keras.backend.standardize_dtype(dtype)]
 
 
-def _check_covered(model_class):
-    if model_class not in COVERED:
+def _check_covered(model):
+    if not isinstance(model, (str, ViTConfig)) and type(model) not in COVERED:
         raise TypeError(
             f"memory counts the keras_vit models {', '.join(c.__name__ for c in COVERED)} "
-            f"(and their registered names), got {model_class.__name__}: its blocks are not in "
-            "the count. Measure it with XLA instead: keras_vit.costs.memory.xla_memory(model, "
-            "batch_size) under jax (jax.jit(step).lower(...).compile().memory_analysis())."
+            f"(and ViTConfigs and registered names), got {type(model).__name__}: its blocks are "
+            "not in the count. Measure it with XLA instead: "
+            "keras_vit.costs.memory.xla_memory(model, batch_size) under jax "
+            "(jax.jit(step).lower(...).compile().memory_analysis())."
         )
 
 
-def _resolve(model, image_size, dtype, overrides):
-    """(configuration, model class, height, width, dtype policy) of a name or a built model."""
-    if not isinstance(model, str):
-        _check_covered(type(model))
-    model_class, config, height, width = read(model, image_size, overrides, "memory")
-    _check_covered(model_class)
-    if dtype is not None:
-        policy = keras.dtype_policies.get(dtype)
-    elif isinstance(model, str):
-        policy = keras.dtype_policies.get(keras.config.dtype_policy())
-    else:
-        policy = model.dtype_policy
-    return config, model_class, height, width, policy
-
-
-def _activations(model, model_class, height, width, training, remat):
+def _activations(description, height, width, training, remat):
     """(activation elements, attention float32 elements) per example at the step's peak."""
-    if issubclass(model_class, (ResNetV2, AxialResNet)):
+    if not is_vit(description):
         if remat:
-            kind = "a BiT ResNetV2" if issubclass(model_class, ResNetV2) else "an AxialResNet"
+            kind = "an AxialResNet" if description.axial else "a BiT ResNetV2"
             raise ValueError(f"remat=True rematerialises Transformer blocks; {kind} has none. "
                              "Use remat=False.")
         tally = _Tally()
-        axial = issubclass(model_class, AxialResNet)
-        _resnet_tally(tally, (height, width), model.num_channels, model.block_units,
-                      model.width_factor, "axial" if axial else "bit",
-                      getattr(model, "num_heads", None))
+        _resnet_tally(tally, (height, width), description.num_channels, description.block_units,
+                      description.width_factor, "axial" if description.axial else "bit",
+                      description.num_heads)
         blocks = block = block_input = 0
     else:
-        tally, blocks, block, block_input = _vit_tally(model, height, width)
+        tally, blocks, block, block_input = _vit_tally(description, height, width)
     if not training:
         return tally.forward, tally.forward_matrices
     if remat:  # block inputs only; one block recomputed (its matrices as many as the
@@ -267,6 +253,15 @@ def _activations(model, model_class, height, width, training, remat):
         return (tally.kept - blocks * (block - block_input) + block + tally.block,
                 2 * tally.block_matrices)
     return tally.kept + tally.block, tally.matrices + tally.block_matrices
+
+
+def _settings(description):
+    """(remat, dropout rate, classes, channels) of a description: a ViT's, or a ResNet's."""
+    if is_vit(description):
+        encoder, head = description.encoder, description.head
+        return (encoder.remat, encoder.dropout_rate, 0 if head is None else head.num_classes,
+                description.patches.num_channels)
+    return False, 0, description.num_classes or 0, description.num_channels
 
 
 def memory(model, image_size=None, batch_size=1, *, training=True, dtype=None, remat=None,
@@ -277,11 +272,11 @@ def memory(model, image_size=None, batch_size=1, *, training=True, dtype=None, r
     ``XLA_AGREEMENT`` for how it compares with what XLA allocates.
 
     Args:
-        model: a ``VisionTransformer`` (plain or hybrid), a ``ResNetV2`` (BiT), an
-            ``AxialVisionTransformer`` or ``AxialResNet``, or a registered name
-            (``"ViT-H/14"``, ``"R50+ViT-B/16"``, ``"BiT-R152x2"``, ``"Axial-ViT-B/16"``,
-            ``"AxialResNet50"``), counted without building. Other models raise a
-            ``TypeError`` (measure them with ``xla_memory``).
+        model: a ``ViTImageClassifier`` or ``ViTBackbone`` (plain, hybrid or Axial-ViT), a
+            ``ResNetV2`` (BiT) or an ``AxialResNet``; or, counted without building, a registered
+            name (``"ViT-H/14"``, ``"R50+ViT-B/16"``, ``"BiT-R152x2"``, ``"Axial-ViT-B/16"``,
+            ``"AxialResNet50"``) or a ``ViTConfig``. Other models raise a ``TypeError``
+            (measure them with ``xla_memory``).
         image_size: int or (height, width); by default the model's own, 224 for a name.
         batch_size: examples per step on the device.
         training: a training step (forward, backward, update) or inference alone.
@@ -291,7 +286,8 @@ def memory(model, image_size=None, batch_size=1, *, training=True, dtype=None, r
             model's own setting (off for a name).
         optimizer: ``"sgd"`` (with momentum, the fine-tuning recipe) or ``"adamw"``
             (pre-training).
-        **overrides: with a name only, the arguments of ``create_model`` (``num_classes``...).
+        **overrides: with a name, the arguments of ``create_model`` (``num_classes``...); with
+            a ``ViTConfig``, the settings ``ViTConfig.replace`` takes.
 
     Returns:
         a ``MemoryCount``: bytes as an ``int`` (``.gib`` in GiB) and ``.parts``: ``weights``,
@@ -307,21 +303,23 @@ def memory(model, image_size=None, batch_size=1, *, training=True, dtype=None, r
         raise ValueError(f"Unknown optimizer {optimizer!r}; use one of {sorted(OPTIMIZER_SLOTS)}.")
     if int(batch_size) < 0:
         raise ValueError(f"batch_size must be 0 or more, got {batch_size!r}.")
-    config, model_class, height, width, policy = _resolve(model, image_size, dtype, overrides)
-    if remat is None:
-        remat = bool(getattr(config, "remat", False))
-    if remat and training and getattr(config, "dropout_rate", 0):
+    _check_covered(model)
+    description, height, width = read(model, image_size, overrides, "memory")
+    policy = dtype_policy(model, dtype)
+    model_remat, dropout_rate, num_classes, num_channels = _settings(description)
+    remat = model_remat if remat is None else remat
+    if remat and training and dropout_rate:
         raise ValueError("remat=True needs dropout_rate=0 (the model refuses it otherwise); pass "
                          "dropout_rate=0.0 with the name, or remat=False.")
     variable, compute = _bytes(policy.variable_dtype), _bytes(policy.compute_dtype)
-    weights = count_parameters(config, height, width) * variable
-    elements, matrices = _activations(config, model_class, height, width, training, remat)
-    labels = (config.num_classes or 0) if training else 0
+    weights = count_parameters(description, height, width) * variable
+    elements, matrices = _activations(description, height, width, training, remat)
+    labels = num_classes if training else 0
     return MemoryCount({
         "weights": weights,
         "gradients": weights if training else 0,
         "optimizer": OPTIMIZER_SLOTS[optimizer] * weights if training else 0,
-        "inputs": batch_size * FLOAT32_BYTES * (height * width * config.num_channels + labels),
+        "inputs": batch_size * FLOAT32_BYTES * (height * width * num_channels + labels),
         "activations": batch_size * compute * elements,
         "attention": batch_size * FLOAT32_BYTES * matrices,
     })
@@ -349,7 +347,9 @@ def xla_memory(model, batch_size, *, training=True, optimizer="sgd"):
         compiled = jax.jit(predict).lower(trainable, frozen, images).compile()
     else:
         step, slots = _train_step(model, optimizer, jax)
-        labels = jax.ShapeDtypeStruct((batch_size, model.num_classes), "float32")
+        classes = (model.config.head.num_classes if isinstance(model, ViTImageClassifier)
+                   else model.num_classes)
+        labels = jax.ShapeDtypeStruct((batch_size, classes), "float32")
         compiled = step.lower(trainable, frozen, slots, images, labels).compile()
     analysis = compiled.memory_analysis()
     return (analysis.argument_size_in_bytes + analysis.output_size_in_bytes

@@ -1,13 +1,13 @@
-"""The number of weights of a model, counted from its configuration without building it.
+"""The number of weights of a model, counted from its description without building it.
 
-A built model answers ``count_params()``; a registered name (``"ViT-H/14"``, 632M weights) is
-counted layer by layer from its settings, so that ``memory`` can size a model nobody built.
-``tests/costs/test_memory.py`` checks the count against ``count_params()`` of built models.
+A built model answers ``count_params()``; a description (a ``ViTConfig``, such as a registered
+name's: ``"ViT-H/14"``, 632M weights) is counted layer by layer, so that ``memory`` can size a
+model nobody built. ``tests/costs/test_memory.py`` checks the count against ``count_params()``
+of built models.
 
 Example (paper Table 1: ViT-B has 86M weights, ViT-H 632M):
->>> from keras_vit.costs.architecture import read
->>> _, settings, height, width = read("ViT-H/14", None, {})
->>> count_parameters(settings, height, width)
+>>> from keras_vit.models.registry import model_config
+>>> count_parameters(model_config("ViT-H/14"), 224, 224)
 632045800
 """
 
@@ -15,8 +15,8 @@ import keras
 
 from keras_vit.costs.architecture import (
     AXIAL_PROJECTION_WIDTH,
-    hybrid_stages,
-    hybrid_width_factor,
+    ResNetDescription,
+    is_vit,
     resnet_units,
     token_spans,
 )
@@ -76,28 +76,29 @@ def _resnet(channels, side, stages, width_factor, style, heads=None):
     return count, out_channels
 
 
-def _position(model, grid, spans):
+def _position(config, grid, spans):
     """The position embedding's tables (paper Appendix D.4)."""
-    dim, layers = model.hidden_size, model.num_layers
-    if model.position_embedding == "relative":  # a (2 span - 1, heads, head width) table each
+    encoder = config.encoder
+    dim, layers = encoder.hidden_size, encoder.num_layers
+    if encoder.position_embedding == "relative":  # a (2 span - 1, heads, head width) table each
         return layers * sum(2 * span - 1 for span in spans) * dim
-    if model.position_embedding == "none":
+    if encoder.position_embedding == "none":
         return 0
-    grid = model.position_embedding_grid or grid
-    cls = model.classifier == "token"
+    grid = config.position_embedding_grid or grid
+    cls = encoder.classifier == "token"
     table = (grid[0] * grid[1] + cls) * dim
-    if model.position_embedding == "learned_2d":  # X and Y tables of D / 2, and the class row
+    if encoder.position_embedding == "learned_2d":  # X and Y tables of D / 2, and the class row
         table = (grid[0] + grid[1]) * (dim // 2) + cls * dim
-    return table * (layers if model.position_embedding_placement == "every_layer" else 1)
+    return table * (layers if encoder.position_embedding_placement == "every_layer" else 1)
 
 
-def _head(width, model):
-    """``pre_logits`` (if any), then the classifier."""
+def _head(width, representation_size, num_classes):
+    """``pre_logits`` (if any), then the classifier (if any)."""
     count = 0
-    if getattr(model, "representation_size", None) is not None:
-        count += _dense(width, model.representation_size)
-        width = model.representation_size
-    return count + (0 if model.num_classes is None else _dense(width, model.num_classes))
+    if representation_size is not None:
+        count += _dense(width, representation_size)
+        width = representation_size
+    return count + (0 if num_classes is None else _dense(width, num_classes))
 
 
 def _encoder_block(dim, mlp):
@@ -105,30 +106,38 @@ def _encoder_block(dim, mlp):
     return 2 * _norm(dim) + 4 * _dense(dim, dim) + _dense(dim, mlp) + _dense(mlp, dim)
 
 
-def _resnet_model(model, height, width):
+def _resnet_model(description, height, width):
     """BiT (a final GroupNorm before the head) or AxialResNet (none)."""
-    axial = hasattr(model, "num_heads")
-    count, channels = _resnet(model.num_channels, (height, width), model.block_units,
-                              model.width_factor, "axial" if axial else "bit",
-                              getattr(model, "num_heads", None))
-    return count + (0 if axial else _norm(channels)) + _head(channels, model)
+    axial = description.axial
+    count, channels = _resnet(description.num_channels, (height, width), description.block_units,
+                              description.width_factor, "axial" if axial else "bit",
+                              description.num_heads)
+    return count + (0 if axial else _norm(channels)) + _head(channels, None,
+                                                             description.num_classes)
 
 
 def count_parameters(model, height, width):
-    """The weights of a built model, or of a configuration (``architecture.read``'s settings)
-    at images of ``height`` x ``width`` (which size a relative position table)."""
+    """The weights of a built model, or of a description (a ``ViTConfig``, or the
+    ``ResNetDescription`` of ``architecture.read``) at images of ``height`` x ``width`` (which
+    size a relative position table, and the learned one unless its grid is fixed)."""
     if isinstance(model, keras.Model):
         return model.count_params()
-    if not hasattr(model, "hidden_size"):
+    if isinstance(model, ResNetDescription):
         return _resnet_model(model, height, width)
-    count, channels = 0, model.num_channels
-    if model.resnet is not None:
-        count, channels = _resnet(channels, (height, width), hybrid_stages(model.resnet),
-                                  hybrid_width_factor(model.resnet), "hybrid")
-    dim = model.hidden_size
-    grid = (height // model.stride, width // model.stride)
-    _, spans = token_spans(model, grid)
-    count += _conv(model.patch_size, channels, dim) + dim  # the patch embedding has a bias
-    count += (model.classifier == "token") * dim + _position(model, grid, spans)
-    count += _norm(dim) + _head(dim, model)  # the final LayerNorm
-    return count + model.num_layers * len(spans) * _encoder_block(dim, model.mlp_dim)
+    if not is_vit(model):
+        raise TypeError(f"count_parameters counts a built model, a ViTConfig or a "
+                        f"ResNetDescription, got {type(model).__name__}.")
+    config, count, channels = model, 0, model.patches.num_channels
+    if config.stem is not None:
+        count, channels = _resnet(channels, (height, width), config.stem.num_layers,
+                                  config.stem.width_factor, "hybrid")
+    encoder, patch = config.encoder, config.patches.patch_size
+    dim = encoder.hidden_size
+    grid = (height // config.stride, width // config.stride)
+    _, spans = token_spans(config, grid)
+    count += _conv(patch, channels, dim) + dim  # the patch embedding has a bias
+    count += (encoder.classifier == "token") * dim + _position(config, grid, spans)
+    head = config.head
+    count += _norm(dim) + (0 if head is None else _head(dim, head.representation_size,
+                                                         head.num_classes))  # final LayerNorm
+    return count + encoder.num_layers * len(spans) * _encoder_block(dim, encoder.mlp_dim)

@@ -18,9 +18,11 @@ vectors". This module follows big_vision's ``fewshot_lsr`` evaluator step by ste
 The linear algebra runs in float64 numpy (big_vision uses float32 jax on the CPU).
 """
 
+import keras
 import numpy as np
 
 from keras_vit.distribution import predict
+from keras_vit.models.vit import ViTBackbone
 
 BIAS_CONSTANT = 100.0
 STD_EPSILON = 1e-5
@@ -205,6 +207,21 @@ def fewshot_linear_from_features(
     }
 
 
+def feature_model(model):
+    """A model from images to ``model``'s pre-logits features: a ``ViTBackbone``'s pooled
+    output (Eq. 4's y), else the model's ``feature_extractor()``."""
+    if isinstance(model, ViTBackbone):
+        return keras.Model(model.input, model.output["pooled"], name=f"{model.name}_features")
+    extractor = getattr(model, "feature_extractor", None)
+    if not callable(extractor):
+        raise TypeError(
+            f"{type(model).__name__} has no feature_extractor() method; pass a keras_vit model "
+            "(ViTImageClassifier, ViTBackbone, ResNetV2), or compute features yourself and call "
+            "fewshot_linear_from_features."
+        )
+    return extractor()
+
+
 def fewshot_linear(
     model,
     x_train,
@@ -219,12 +236,14 @@ def fewshot_linear(
 ):
     """Few-shot linear evaluation of a model's frozen pre-logits features.
 
-    Features come from ``model.feature_extractor()`` (VisionTransformer, ResNetV2), computed
-    once for ``x_train`` and once for ``x_test``; see ``fewshot_linear_from_features`` for the
-    protocol and the returned dictionary.
+    Features are the head's input: a ``ViTImageClassifier``'s (or a ``ResNetV2``'s, an
+    ``AxialResNet``'s) ``feature_extractor()``, a ``ViTBackbone``'s ``"pooled"`` output;
+    computed once for ``x_train`` and once for ``x_test``. See ``fewshot_linear_from_features``
+    for the protocol and the returned dictionary.
 
     Args:
-        model: a model with a ``feature_extractor()`` method.
+        model: a ``ViTImageClassifier``, a ``ViTBackbone``, or another model with a
+            ``feature_extractor()`` method (``ResNetV2``, ``AxialResNet``).
         x_train, y_train: images (in the model's input range) and integer labels to draw the
             few-shot sets from.
         x_test, y_test: evaluation images and labels.
@@ -233,25 +252,18 @@ def fewshot_linear(
 
     Example:
     >>> import numpy as np, keras_vit
-    >>> model = keras_vit.VisionTransformer(image_size=8, patch_size=4, hidden_size=8,
+    >>> model = keras_vit.ViTImageClassifier(image_size=8, patch_size=4, hidden_size=8,
     ...     num_layers=1, num_heads=2, mlp_dim=16, num_classes=2, num_channels=1)
     >>> x = np.random.default_rng(0).uniform(-1, 1, (6, 8, 8, 1)).astype("float32")
     >>> y = np.array([0, 1, 0, 1, 0, 1])
     >>> sorted(fewshot_linear(model, x, y, x, y, shots=(1, 2), seeds=(0,)))
     [1, 2]
     """
-    extractor = getattr(model, "feature_extractor", None)
-    if not callable(extractor):
-        raise TypeError(
-            f"{type(model).__name__} has no feature_extractor() method; pass a keras_vit model "
-            "(VisionTransformer, ResNetV2), or compute features yourself and call "
-            "fewshot_linear_from_features."
-        )
+    features = feature_model(model)
     y_train = _check_labels(y_train, "y_train")
     y_test = _check_labels(y_test, "y_test")
     num_classes = max(int(y_train.max(initial=-1)), int(y_test.max(initial=-1))) + 1
     _check_shots(y_train, num_classes, (shots,) if isinstance(shots, int) else shots)
-    features = extractor()
     train_features = predict(features, x_train, batch_size)  # any count on several devices
     test_features = predict(features, x_test, batch_size)
     return fewshot_linear_from_features(

@@ -1,14 +1,16 @@
 """Inspecting a Vision Transformer (paper Sec. 4.5 and Appendix D.7-D.8; Figs. 6, 7, 10, 11).
 
-Computations return numpy arrays; the ``plot_*`` helpers draw them as the paper does
+The computations take a ``ViTImageClassifier`` or a ``ViTBackbone`` and read the backbone
+(its ``attention_model()``, ``position_embedding_layer(block)`` and patch embedding); they
+return numpy arrays, which the ``plot_*`` helpers draw as the paper does
 (``plot_largest_batch`` draws Fig. 12 right from ``keras_vit.costs.batches.figure_12``).
 
 Example:
 >>> import numpy as np
->>> from keras_vit import VisionTransformer
+>>> from keras_vit import ViTImageClassifier
 >>> from keras_vit.inspection import attention_rollout, mean_attention_distance
->>> model = VisionTransformer(image_size=8, patch_size=4, hidden_size=8, num_layers=2,
-...                           num_heads=2, mlp_dim=16, num_classes=3)
+>>> model = ViTImageClassifier(image_size=8, patch_size=4, hidden_size=8, num_layers=2,
+...                            num_heads=2, mlp_dim=16, num_classes=3)
 >>> images = np.zeros((1, 8, 8, 3), "float32")
 >>> attention_rollout(model, images).shape, mean_attention_distance(model, images).shape
 ((1, 2, 2), (2, 2))

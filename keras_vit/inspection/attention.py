@@ -1,7 +1,7 @@
 """What a ViT attends to: attention weights, Attention Rollout and mean attention distance.
 
 - ``attention_weights``: the softmax probabilities of every block (the explicit path of the
-  attention layer, through ``VisionTransformer.attention_model()``; the model is not changed).
+  attention layer, through ``ViTBackbone.attention_model()``; the model is not changed).
 - ``attention_rollout``: Attention Rollout (Abnar & Zuidema, 2020) as in the paper's Appendix D.8
   and Fig. 6: average the heads, add the identity for the residual connection, re-normalise the
   rows, and multiply the matrices of all layers.
@@ -10,68 +10,112 @@
 - ``mean_attention_distance``: the paper's "attention distance" (Sec. 4.5, Fig. 7 right, Fig. 11,
   Appendix D.7): for every head, the attention-weighted mean distance in pixels between a query
   patch and the patches it attends to, averaged over query patches and images.
+
+Each takes a ``ViTImageClassifier`` or its ``ViTBackbone`` (plain or hybrid; a model of any image
+size reads the grid of the images it is given) and reads the backbone.
 """
 
 import keras
 import numpy as np
 
 from keras_vit.models.base import image_shape
+from keras_vit.models.description import ViTConfig
+from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
 
 
-def _check_model(model):
-    needed = ("attention_model", "grid_size", "stride", "classifier", "image_size", "num_channels")
-    missing = [name for name in needed if not hasattr(model, name)]
-    if missing:
-        raise TypeError(
-            f"Expected a keras_vit VisionTransformer (plain or hybrid), got {type(model).__name__} "
-            f"(it has no {', '.join(missing)}). Build the model with keras_vit.VisionTransformer, "
-            "keras_vit.create_model or keras_vit.load_checkpoint."
+def backbone_of(model):
+    """The ``ViTBackbone`` of a ``ViTImageClassifier``, or the backbone itself."""
+    if isinstance(model, ViTImageClassifier):
+        return model.backbone
+    if isinstance(model, ViTBackbone):
+        return model
+    raise TypeError(
+        f"Expected a keras_vit ViTImageClassifier or ViTBackbone (plain or hybrid), got "
+        f"{type(model).__name__}. Build the model with keras_vit.ViTImageClassifier, "
+        "keras_vit.create_model or keras_vit.load_checkpoint."
+    )
+
+
+def _config_of(model):
+    """The ``ViTConfig`` of a model (classifier or backbone), or the config itself."""
+    return model if isinstance(model, ViTConfig) else backbone_of(model).config
+
+
+def _full_attention(config, what):
+    if config.encoder.axial:
+        raise ValueError(
+            f"{what} reads attention over all tokens; an Axial-ViT attends within rows and "
+            "within columns. attention_weights(model, images) gives its row and column maps."
         )
 
 
-def _check_images(model, images):
+def _check_images(backbone, images):
+    """The images as the model's input dtype, checked, and their (rows, cols) patch grid."""
     images = np.asarray(keras.ops.convert_to_numpy(images))
-    expected = (*model.image_size, model.num_channels)
-    if images.ndim != 4 or tuple(images.shape[1:]) != expected:
-        hint = " Add a batch axis with images[None]." if images.shape == expected else ""
+    config = backbone.config
+    channels = config.patches.num_channels
+    sides = config.image_size or (None, None)
+    expected = (*sides, channels)
+    if images.ndim != 4 or any(want not in (None, got)
+                               for want, got in zip(expected, images.shape[1:])):
+        if config.image_size is None:
+            shape, size = f"(batch, height, width, {channels})", "a multiple of the stride"
+        else:
+            shape, size = f"(batch, {sides[0]}, {sides[1]}, {channels})", "the model's image_size"
+        hint = " Add a batch axis with images[None]." if images.ndim == 3 else ""
         raise ValueError(
-            f"Expected a batch of images of shape (batch, {expected[0]}, {expected[1]}, "
-            f"{expected[2]}) for this model, got {images.shape}.{hint} Resize the images to the "
-            "model's image_size (values in [-1, 1])."
+            f"Expected a batch of images of shape {shape} for this model, got {images.shape}."
+            f"{hint} Resize the images to {size} (values in [-1, 1])."
         )
     if len(images) == 0:
         raise ValueError("Got an empty batch of images; pass at least one image.")
-    return images.astype(model.input.dtype or "float32")
+    config.check_input(images.shape[1:3])
+    grid = tuple(side // config.stride for side in images.shape[1:3])
+    return images.astype(backbone.input.dtype or "float32"), grid
+
+
+def _grid(config, image_size):
+    """The (rows, cols) patch grid of ``image_size``, by default the model's own."""
+    if image_size is None:
+        if config.grid is None:
+            raise ValueError("This model takes any image size; pass image_size=... for the grid.")
+        return config.grid
+    sides = image_shape(image_size)
+    config.check_input(sides)
+    return tuple(side // config.stride for side in sides)
 
 
 def attention_weights(model, images, batch_size=32):
     """The attention probabilities of every encoder block.
 
     Args:
-        model: a keras_vit ``VisionTransformer`` (plain or hybrid, any position embedding).
+        model: a keras_vit ``ViTImageClassifier`` or ``ViTBackbone`` (plain or hybrid, any
+            position embedding).
         images: (batch, height, width, channels) array, preprocessed as for the model.
         batch_size: images per forward pass.
 
     Returns:
         A list with one float32 numpy array per block, each (batch, heads, tokens, tokens); row i
         of a map is the distribution of query token i over the keys (token 0 is the class token
-        for ``classifier="token"`` models).
+        for ``classifier="token"`` models). An Axial-ViT gives two per layer, its row attention
+        (batch, rows, heads, cols, cols) then its column one (batch, cols, heads, rows, rows),
+        the rows counting the class row.
 
     Example:
     >>> import numpy as np
-    >>> from keras_vit import VisionTransformer
-    >>> model = VisionTransformer(image_size=8, patch_size=4, hidden_size=8, num_layers=2,
-    ...                           num_heads=2, mlp_dim=16, num_classes=3)
+    >>> from keras_vit import ViTImageClassifier
+    >>> model = ViTImageClassifier(image_size=8, patch_size=4, hidden_size=8, num_layers=2,
+    ...                            num_heads=2, mlp_dim=16, num_classes=3)
     >>> [w.shape for w in attention_weights(model, np.zeros((1, 8, 8, 3), "float32"))]
     [(1, 2, 5, 5), (1, 2, 5, 5)]
     """
-    _check_model(model)
-    images = _check_images(model, images)
-    chunks = list(_attention_batches(model, images, batch_size))
+    backbone = backbone_of(model)
+    images, _ = _check_images(backbone, images)
+    chunks = list(_attention_batches(backbone, images, batch_size))
     return [np.concatenate(layer) for layer in zip(*chunks)]
 
 
-def _attention_batches(model, images, batch_size):
+def _attention_batches(backbone, images, batch_size):
     """Per batch of images, the list of every block's attention probabilities (float32 numpy).
 
     Analyses that reduce over images consume these one batch at a time, so that memory holds
@@ -80,7 +124,7 @@ def _attention_batches(model, images, batch_size):
         batch_size < 1
     ):
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
-    attention = model.attention_model()
+    attention = backbone.attention_model()
     for start in range(0, len(images), int(batch_size)):
         outputs = attention(images[start:start + int(batch_size)], training=False)
         if not isinstance(outputs, (list, tuple)):
@@ -109,34 +153,35 @@ def attention_rollout(model, images, batch_size=32):
     tokens; a ``"gap"`` model, whose output is the mean of all tokens, gets the mean of the rows.
 
     Args:
-        model: a keras_vit ``VisionTransformer``.
+        model: a keras_vit ``ViTImageClassifier`` or ``ViTBackbone``.
         images: (batch, height, width, channels) array, preprocessed as for the model.
         batch_size: images per forward pass.
 
     Returns:
-        float32 numpy array (batch, rows, cols) over ``model.grid_size``: the share of the
+        float32 numpy array (batch, rows, cols) over the images' patch grid: the share of the
         output's attention flow that reaches each patch. Upsample it onto the image with
         ``rollout_to_image``.
 
     Example:
     >>> import numpy as np
-    >>> from keras_vit import VisionTransformer
+    >>> from keras_vit import ViTImageClassifier
     >>> tiny = dict(hidden_size=8, num_layers=2, num_heads=2, mlp_dim=16, num_classes=3)
-    >>> model = VisionTransformer(image_size=8, patch_size=4, **tiny)
+    >>> model = ViTImageClassifier(image_size=8, patch_size=4, **tiny)
     >>> attention_rollout(model, np.zeros((1, 8, 8, 3), "float32")).shape
     (1, 2, 2)
     """
-    _check_model(model)
-    images = _check_images(model, images)
-    maps = [_output_row(model, _rollout_matrices(weights))
-            for weights in _attention_batches(model, images, batch_size)]
-    return np.concatenate(maps).reshape(-1, *model.grid_size).astype(np.float32)
+    backbone = backbone_of(model)
+    _full_attention(backbone.config, "attention_rollout")
+    images, grid = _check_images(backbone, images)
+    maps = [_output_row(backbone.config, _rollout_matrices(weights))
+            for weights in _attention_batches(backbone, images, batch_size)]
+    return np.concatenate(maps).reshape(-1, *grid).astype(np.float32)
 
 
-def _output_row(model, matrices):
+def _output_row(config, matrices):
     """The row of (..., tokens, tokens) matrices that reaches the classifier, over the patches:
     the class token's row for a ``"token"`` model, the mean of all rows for a ``"gap"`` one."""
-    if model.classifier == "token":
+    if config.encoder.classifier == "token":
         return matrices[..., 0, 1:]
     return matrices.mean(axis=-2)
 
@@ -149,26 +194,29 @@ def attention_maps(model, images, batch_size=32):
     of all tokens' rows. Uniform attention puts 1 / (tokens) on every patch.
 
     Args:
-        model: a keras_vit ``VisionTransformer``.
+        model: a keras_vit ``ViTImageClassifier`` or ``ViTBackbone``.
         images: (batch, height, width, channels) array, preprocessed as for the model.
         batch_size: images per forward pass.
 
     Returns:
-        float32 numpy array (batch, num_layers, num_heads, rows, cols) over ``model.grid_size``.
+        float32 numpy array (batch, num_layers, num_heads, rows, cols) over the images' patch
+        grid.
 
     Example:
     >>> import numpy as np
-    >>> from keras_vit import VisionTransformer
-    >>> model = VisionTransformer(8, 4, hidden_size=8, num_layers=2, num_heads=2, mlp_dim=16)
+    >>> from keras_vit import ViTBackbone
+    >>> model = ViTBackbone(image_size=8, patch_size=4, hidden_size=8, num_layers=2,
+    ...                     num_heads=2, mlp_dim=16)
     >>> attention_maps(model, np.zeros((1, 8, 8, 3), "float32")).shape
     (1, 2, 2, 2, 2)
     """
-    _check_model(model)
-    images = _check_images(model, images)
+    backbone = backbone_of(model)
+    _full_attention(backbone.config, "attention_maps")
+    images, grid = _check_images(backbone, images)
     batches = []
-    for weights in _attention_batches(model, images, batch_size):
-        rows = _output_row(model, np.stack(weights, axis=1))  # (batch, layers, heads, patches)
-        batches.append(rows.reshape(*rows.shape[:3], *model.grid_size))
+    for weights in _attention_batches(backbone, images, batch_size):
+        rows = _output_row(backbone.config, np.stack(weights, axis=1))
+        batches.append(rows.reshape(*rows.shape[:3], *grid))  # (batch, layers, heads, grid)
     return np.concatenate(batches).astype(np.float32)
 
 
@@ -239,15 +287,24 @@ def rollout_to_image(rollout, image_size, normalize=True):
     return resized[0] if single else resized
 
 
-def patch_centres(model):
+def patch_centres(model, image_size=None):
     """The (rows*cols, 2) pixel coordinates (y, x) of the patch centres, row-major.
 
-    Patches are ``model.stride`` pixels apart (the patch size, times the ResNet stem's stride for
-    a hybrid, whose patches are taken from a downsampled feature map).
+    Patches are ``config.stride`` pixels apart (the patch size, times the ResNet stem's stride
+    for a hybrid, whose patches are taken from a downsampled feature map).
+
+    Args:
+        model: a ``ViTImageClassifier``, a ``ViTBackbone`` or a ``ViTConfig``.
+        image_size: int or (height, width); by default the model's own.
     """
-    rows, cols = model.grid_size
-    grid = np.stack(np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij"), axis=-1)
-    return (grid.reshape(-1, 2) + 0.5) * model.stride
+    config = _config_of(model)
+    return _centres(_grid(config, image_size), config.stride)
+
+
+def _centres(grid, stride):
+    rows, cols = grid
+    points = np.stack(np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij"), axis=-1)
+    return (points.reshape(-1, 2) + 0.5) * stride
 
 
 def mean_attention_distance(model, images, batch_size=32):
@@ -259,7 +316,7 @@ def mean_attention_distance(model, images, batch_size=32):
     images. This is the "receptive field size" of the head, the analogue of a CNN's.
 
     Args:
-        model: a keras_vit ``VisionTransformer`` (plain or hybrid).
+        model: a keras_vit ``ViTImageClassifier`` or ``ViTBackbone`` (plain or hybrid).
         images: (batch, height, width, channels) array, preprocessed as for the model.
         batch_size: images per forward pass.
 
@@ -268,19 +325,21 @@ def mean_attention_distance(model, images, batch_size=32):
 
     Example:
     >>> import numpy as np
-    >>> from keras_vit import VisionTransformer
-    >>> model = VisionTransformer(image_size=8, patch_size=4, hidden_size=8, num_layers=2,
-    ...                           num_heads=2, mlp_dim=16, num_classes=3)
+    >>> from keras_vit import ViTImageClassifier
+    >>> model = ViTImageClassifier(image_size=8, patch_size=4, hidden_size=8, num_layers=2,
+    ...                            num_heads=2, mlp_dim=16, num_classes=3)
     >>> mean_attention_distance(model, np.zeros((1, 8, 8, 3), "float32")).shape
     (2, 2)
     """
-    _check_model(model)
-    centres = patch_centres(model)
+    backbone = backbone_of(model)
+    config = backbone.config
+    _full_attention(config, "mean_attention_distance")
+    images, grid = _check_images(backbone, images)
+    centres = _centres(grid, config.stride)
     distance = np.linalg.norm(centres[:, None, :] - centres[None, :, :], axis=-1)
-    first = 1 if model.classifier == "token" else 0
-    images = _check_images(model, images)
+    first = 1 if config.encoder.classifier == "token" else 0
     total = 0.0
-    for weights in _attention_batches(model, images, batch_size):
+    for weights in _attention_batches(backbone, images, batch_size):
         per_layer = []
         for layer in weights:
             patches = layer[:, :, first:, first:].astype(np.float64)
@@ -291,20 +350,23 @@ def mean_attention_distance(model, images, batch_size=32):
     return total / len(images)
 
 
-def uniform_attention_distance(model):
+def uniform_attention_distance(model, image_size=None):
     """The mean attention distance (pixels) of a head that attends uniformly to all patches:
     the mean distance between two patch centres of the grid, the reference line of Fig. 7 and
     Fig. 11 plots.
 
+    Args:
+        model: a ``ViTImageClassifier``, a ``ViTBackbone`` or a ``ViTConfig``.
+        image_size: int or (height, width); by default the model's own.
+
     Example:
-    >>> from keras_vit import VisionTransformer
-    >>> model = VisionTransformer(image_size=8, patch_size=4, hidden_size=8, num_layers=1,
-    ...                           num_heads=2, mlp_dim=16, num_classes=3)
-    >>> round(float(uniform_attention_distance(model)), 4)  # 2 x 2 grid, centres 4 px apart
+    >>> from keras_vit import ViTConfig
+    >>> config = ViTConfig.from_keywords(image_size=8, patch_size=4, hidden_size=8,
+    ...                                  num_layers=1, num_heads=2, mlp_dim=16)
+    >>> round(float(uniform_attention_distance(config)), 4)  # 2 x 2 grid, centres 4 px apart
     3.4142
     """
-    _check_model(model)
-    centres = patch_centres(model)
+    centres = patch_centres(model, image_size)
     return float(np.linalg.norm(centres[:, None] - centres[None], axis=-1).mean())
 
 

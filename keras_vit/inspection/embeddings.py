@@ -11,7 +11,7 @@ from typing import NamedTuple
 import keras
 import numpy as np
 
-from keras_vit.inspection.attention import _check_model
+from keras_vit.inspection.attention import backbone_of
 
 
 def position_embedding_similarity(model, block=0):
@@ -22,27 +22,29 @@ def position_embedding_similarity(model, block=0):
     2-D embedding the patch's embedding is its concatenated X and Y halves.
 
     Args:
-        model: a keras_vit ``VisionTransformer`` with ``position_embedding`` "learned_1d" or
-            "learned_2d".
+        model: a keras_vit ``ViTImageClassifier`` or ``ViTBackbone`` with
+            ``position_embedding`` "learned_1d" or "learned_2d".
         block: for the "every_layer" placement, the block whose embedding to compare.
 
     Returns:
-        float32 numpy array (rows, cols, rows, cols) over ``model.grid_size``.
+        float32 numpy array (rows, cols, rows, cols) over the grid the table is learned at
+        (``config.learned_grid``: the image's grid, or ``position_embedding_grid``).
 
     Example:
-    >>> from keras_vit import VisionTransformer
-    >>> model = VisionTransformer(image_size=8, patch_size=4, hidden_size=8, num_layers=1,
-    ...                           num_heads=2, mlp_dim=16, num_classes=3)
+    >>> from keras_vit import ViTImageClassifier
+    >>> model = ViTImageClassifier(image_size=8, patch_size=4, hidden_size=8, num_layers=1,
+    ...                            num_heads=2, mlp_dim=16, num_classes=3)
     >>> similarity = position_embedding_similarity(model)
     >>> similarity.shape, round(float(similarity[0, 1, 0, 1]), 4)
     ((2, 2, 2, 2), 1.0)
     """
-    _check_model(model)
-    layer = model.position_embedding_layer(block)
+    backbone = backbone_of(model)
+    layer = backbone.position_embedding_layer(block)
     table = np.asarray(keras.ops.convert_to_numpy(layer.position_embeddings()), np.float64)[0]
-    if model.classifier == "token":
+    config = backbone.config
+    if config.encoder.classifier == "token":
         table = table[1:]
-    rows, cols = model.grid_size
+    rows, cols = config.learned_grid
     norms = np.linalg.norm(table, axis=-1, keepdims=True)
     unit = table / np.maximum(norms, 1e-12)
     return (unit @ unit.T).reshape(rows, cols, rows, cols).astype(np.float32)
@@ -72,22 +74,22 @@ def embedding_filter_components(model, n=28):
     (P is then 1 and C the feature width).
 
     Args:
-        model: a keras_vit ``VisionTransformer``.
+        model: a keras_vit ``ViTImageClassifier`` or ``ViTBackbone``.
         n: number of components, at most min(D, P*P*C) (the paper shows 28).
 
     Returns:
         ``FilterComponents(components, explained_variance, explained_variance_ratio)``.
 
     Example:
-    >>> from keras_vit import VisionTransformer
-    >>> model = VisionTransformer(image_size=8, patch_size=4, hidden_size=8, num_layers=1,
-    ...                           num_heads=2, mlp_dim=16, num_classes=3)
+    >>> from keras_vit import ViTImageClassifier
+    >>> model = ViTImageClassifier(image_size=8, patch_size=4, hidden_size=8, num_layers=1,
+    ...                            num_heads=2, mlp_dim=16, num_classes=3)
     >>> result = embedding_filter_components(model, n=5)
     >>> result.components.shape, result.explained_variance.shape
     ((5, 4, 4, 3), (5,))
     """
-    _check_model(model)
-    kernel = np.asarray(keras.ops.convert_to_numpy(model.get_layer("embedding").conv.kernel))
+    backbone = backbone_of(model)
+    kernel = np.asarray(keras.ops.convert_to_numpy(backbone.get_layer("embedding").conv.kernel))
     height, width, channels, count = kernel.shape
     size = height * width * channels
     limit = min(count, size)

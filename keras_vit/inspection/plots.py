@@ -464,7 +464,7 @@ def plot_attention_matrix(matrix, grid_size, rows, image=None, value_range=(-1.0
     Args:
         matrix: (tokens, tokens) attention probabilities of one head, e.g.
             ``attention_weights(model, images)[layer][image, head]``.
-        grid_size: (rows, cols) of the patch grid (``model.grid_size``).
+        grid_size: (rows, cols) of the patch grid (``model.config.grid``).
         rows: the query tokens to draw as maps (e.g. ``[0, 50, 120]``).
         image: optional (height, width, channels) image, drawn first with the chosen query
             patches outlined.

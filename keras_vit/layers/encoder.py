@@ -5,7 +5,7 @@
 
 ``Encoder`` is everything between the patch embedding and the pooling: class token, position
 embedding (with its placement), dropout, the L blocks and the final LayerNorm, like the official
-``Encoder`` module (which a ``VisionTransformer`` names ``Transformer``, its official path).
+``Encoder`` module (which a ``ViTBackbone`` names ``Transformer``, its official path).
 
 LayerNorm epsilon is 1e-6 and the GELU is the tanh approximation, both as in the official
 checkpoints (Keras defaults, 1e-3 and exact GELU, move logits by up to 1e-3). Under mixed
@@ -87,7 +87,7 @@ class EncoderConfig:
         remat: rematerialise each block in the backward pass; needs dropout rates of 0.
         classifier: ``"token"`` prepends a class token; ``"gap"`` does not.
         position_embedding, position_embedding_placement: paper Appendix D.4
-            (``keras_vit.VisionTransformer``).
+            (``keras_vit.layers.position``).
         attention_implementation: the attention kernel: ``"auto"`` (the fastest exact one for
             the backend and device), ``"xla"`` or ``"flash"``
             (``keras_vit.layers.attention.flash_attention_argument``; docs/runtimes.md).

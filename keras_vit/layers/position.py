@@ -6,7 +6,7 @@ higher resolution, the paper performs a 2-D interpolation of the pre-trained gri
 (Sec. 3.2); ``resize_position_embedding`` is the official code's version of that.
 
 Appendix D.4 (Table 8) compares other ways of giving the model spatial information; they are
-``VisionTransformer(position_embedding=...)`` options built from the layers here:
+``position_embedding=...`` options of the encoder (``EncoderConfig``) built from the layers here:
 
 - ``"learned_1d"``: ``AddPositionEmbedding`` (the default; the only one official files hold);
 - ``"learned_2d"``: ``AddPositionEmbedding2D``, an X and a Y embedding of size D/2 each,
@@ -17,8 +17,8 @@ Appendix D.4 (Table 8) compares other ways of giving the model spatial informati
 
 The absolute (1-D and 2-D) embeddings can be added once after the stem (``"stem"``, the default),
 before every block with a separate embedding each (``"every_layer"``), or before every block with
-one shared embedding (``"every_layer_shared"``): ``position_embedding_placement=`` of
-``VisionTransformer``.
+one shared embedding (``"every_layer_shared"``): ``position_embedding_placement=`` of the
+encoder (``EncoderConfig``).
 """
 
 import math

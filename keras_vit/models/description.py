@@ -130,8 +130,11 @@ class Head(_Section):
         object.__setattr__(self, "num_classes", _positive("num_classes", self.num_classes))
         object.__setattr__(self, "representation_size", _positive(
             "representation_size", self.representation_size, optional=True))
-        object.__setattr__(self, "kernel_initializer", keras.initializers.serialize(
-            keras.initializers.get(self.kernel_initializer)))
+        initializer = keras.initializers.get(self.kernel_initializer)  # refuses unknown names
+        if not isinstance(self.kernel_initializer, (str, dict)):
+            # Serialising imports TensorFlow (Keras' serialisation library): only for objects.
+            object.__setattr__(self, "kernel_initializer",
+                               keras.initializers.serialize(initializer))
         object.__setattr__(self, "bias_init", float(self.bias_init))
 
 

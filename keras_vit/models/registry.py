@@ -108,6 +108,8 @@ FAMILIES = {
 }
 # Families without published weights: create_model(..., weights=...) refuses them.
 UNPUBLISHED = ("Axial-ViT", "AxialResNet")
+# Keyword arguments of the model object rather than of its description.
+MODEL_KEYWORDS = ("name", "dtype")
 _PATTERNS = {family: re.compile(pattern) for family, (pattern, _, _) in FAMILIES.items()}
 PUBLISHED = [name for _, _, names in FAMILIES.values() for name in names]
 _HINTS = ["ViT-Ti/4 (any ViT size with any patch size)", "BiT-R26x1 (any depth 26/50/101/152/200, "
@@ -175,10 +177,10 @@ def build_model(name, *, image_size=224, num_classes=1000, **overrides):
     """
     _, model_class, config = parse(name)
     if isinstance(config, ViTConfig):
-        dtype = overrides.pop("dtype", None)  # the model's policy, not a ViTConfig setting
+        model = {k: overrides.pop(k) for k in MODEL_KEYWORDS if k in overrides}
         config = config.replace(image_size=image_size, num_classes=num_classes, **overrides)
         if config.head is None:
-            return ViTBackbone(config, dtype=dtype)
-        return ViTImageClassifier(config=config, dtype=dtype)
+            return ViTBackbone(config, **model)
+        return ViTImageClassifier(config=config, **model)
     config.update(overrides)
     return model_class(image_size=image_size, num_classes=num_classes, **config)

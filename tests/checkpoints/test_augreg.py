@@ -99,16 +99,18 @@ def test_short_names():
 
 def test_load_checkpoint_by_short_name(served):
     model = keras_vit.load_checkpoint("augreg/ViT-B/16")
-    assert model.representation_size == 16  # the recommended upstream file
+    assert model.config.head.representation_size == 16  # the recommended upstream file
     with np.load(fixture_path(FILES[B16])) as tensors:
         head = keras.ops.convert_to_numpy(model.get_layer("head").kernel)
         np.testing.assert_array_equal(head, tensors["head/kernel"])
     adapted = keras_vit.load_checkpoint("augreg/B/16:imagenet2012")
-    assert (adapted.classifier, adapted.representation_size) == ("token", None)  # res_384
-    assert keras_vit.load_checkpoint("augreg/ViT-B/16:imagenet2012@224").classifier == "gap"
+    assert (adapted.config.encoder.classifier, adapted.config.head.representation_size) == (
+        "token", None)  # res_384
+    gap = keras_vit.load_checkpoint("augreg/ViT-B/16:imagenet2012@224")
+    assert gap.config.encoder.classifier == "gap"
     resized = keras_vit.load_checkpoint("augreg/ViT-B/16:imagenet2012", num_classes=3,
                                         image_size=48)
-    assert (resized.num_classes, resized.image_size) == (3, (48, 48))
+    assert (resized.config.head.num_classes, resized.config.image_size) == (3, (48, 48))
     # the full published name still loads the same file (a file name, never a short name)
     full = keras_vit.load_checkpoint("augreg/" + B16 + ".npz")
     assert full.count_params() == model.count_params()

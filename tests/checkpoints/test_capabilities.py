@@ -1,5 +1,6 @@
 """One table says what each checkpoint format holds; every writer refuses the rest, by name."""
 
+import keras
 import pytest
 
 import keras_vit
@@ -10,13 +11,16 @@ TINY = dict(image_size=8, patch_size=4, hidden_size=8, num_layers=1, num_heads=2
 
 
 def _vit(**kwargs):
-    return keras_vit.VisionTransformer(**dict(TINY, **kwargs))
+    return keras_vit.ViTImageClassifier(**dict(TINY, **kwargs))
 
 
-def test_the_default_vit_fits_every_format():
+def test_the_default_vit_and_its_backbone_fit_every_format():
     model = _vit(approximate_gelu=False)
     for format in FORMATS:
         check_expressible(model, format)
+        check_expressible(model.backbone, format)
+    # the head's pre-logits layer does not reach the backbone: timm can write it
+    check_expressible(_vit(representation_size=4).backbone, "timm")
 
 
 @pytest.mark.parametrize("format, kwargs, error, words", [
@@ -24,14 +28,12 @@ def test_the_default_vit_fits_every_format():
     ("timm", dict(position_embedding_placement="every_layer"), ValueError, "placement 'every"),
     ("timm", dict(representation_size=4), ValueError, "no pre-logits"),
     ("transformers", dict(classifier="gap"), ValueError, "pools the class token"),
-    ("transformers", dict(representation_size=4), ValueError, "without a head"),
-    ("transformers", dict(resnet=dict(num_layers=[], width_factor=0.5), image_size=16),
+    ("transformers", dict(representation_size=4), ValueError, "ViTForImageClassification"),
+    ("transformers", dict(stem=dict(num_layers=[], width_factor=0.5), image_size=16),
      ValueError, "no ResNet stem"),
     ("keras_hub", dict(), ValueError, "strict=False"),
     ("keras_hub", dict(approximate_gelu=False, layer_norm_epsilon=1e-12), ValueError,
      "epsilon"),
-    ("keras_hub", dict(approximate_gelu=False, num_classes=None, representation_size=4),
-     ValueError, "headless model with a pre_logits"),
 ])
 def test_each_format_refuses_what_it_cannot_hold(format, kwargs, error, words):
     with pytest.raises(error, match=words):
@@ -45,10 +47,18 @@ def test_bit_and_axial_models():
     for format in ("transformers", "keras_hub"):
         with pytest.raises(TypeError, match="no BiT ResNetV2"):
             check_expressible(bit, format)
-    axial = keras_vit.AxialVisionTransformer(**TINY)
+    axial = _vit(axial=True)
     for format, capabilities in FORMATS.items():
-        with pytest.raises(ValueError, match=f"no {capabilities.name} layout"):
-            check_expressible(axial, format)
+        for model in (axial, axial.backbone):
+            with pytest.raises(ValueError, match=f"Axial-ViT .* no {capabilities.name} layout"):
+                check_expressible(model, format)
+    resnet = keras_vit.AxialResNet(block_units=(1,), width_factor=0.5, num_heads=2,
+                                   num_classes=3, image_size=16)
+    with pytest.raises(ValueError, match="AxialResNet .* no official .npz layout"):
+        check_expressible(resnet, "official")
+    other = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    with pytest.raises(TypeError, match="expected a keras_vit ViTImageClassifier or ViTBackbone"):
+        check_expressible(other, "official")
 
 
 def test_readers_check_only_the_position_of_what_they_build():

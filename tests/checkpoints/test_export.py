@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from interop_helpers import assert_close, images, need, numpy, randomise_keras, randomise_torch
 
-from keras_vit import ResNetV2, VisionTransformer, load_checkpoint
+from keras_vit import ResNetV2, ViTImageClassifier, load_checkpoint
 from keras_vit.checkpoints.export import export_model
 from keras_vit.layers.encoder import gelu, gelu_through_erf
 
@@ -26,10 +26,10 @@ def _model(kind):
     if kind == "bit":
         model = ResNetV2(block_units=[1, 1], width_factor=1, num_classes=5, image_size=32)
     else:
-        resnet = dict(num_layers=[1, 1], width_factor=1) if kind == "hybrid" else None
-        model = VisionTransformer(image_size=32, patch_size=1 if resnet else 8, hidden_size=32,
-                                  num_layers=1, num_heads=4, mlp_dim=64, num_classes=5,
-                                  resnet=resnet, approximate_gelu=kind != "vit_exact_gelu")
+        stem = dict(num_layers=[1, 1], width_factor=1) if kind == "hybrid" else None
+        model = ViTImageClassifier(image_size=32, patch_size=1 if stem else 8, hidden_size=32,
+                                   num_layers=1, num_heads=4, mlp_dim=64, num_classes=5,
+                                   stem=stem, approximate_gelu=kind != "vit_exact_gelu")
     return randomise_keras(model)
 
 
@@ -83,6 +83,21 @@ def test_onnx_matches(kind, tmp_path):
         assert "Erfc" not in ops and ops & {"Erf", "Gelu"}, sorted(ops)
 
 
+def test_onnx_of_a_backbone(tmp_path):
+    """A ViTBackbone's two outputs, in the order Keras flattens a dict: by name."""
+    need("onnx", "onnxruntime")
+    import onnxruntime
+
+    backbone, x = _model("vit").backbone, images()
+    export_model(backbone, tmp_path / "backbone.onnx",
+                 batch_size=len(x) if BACKEND == "torch" else None)
+    session = onnxruntime.InferenceSession(str(tmp_path / "backbone.onnx"))
+    pooled, tokens = session.run(None, {session.get_inputs()[0].name: x})
+    expected = backbone(x)
+    assert_close(pooled, numpy(expected["pooled"]), "onnx backbone pooled", ATOL)
+    assert_close(tokens, numpy(expected["tokens"]), "onnx backbone tokens", ATOL)
+
+
 def test_erf_gelu_is_the_exact_gelu():
     x = keras.ops.convert_to_tensor(np.linspace(-12, 12, 20001, dtype="float32"))
     exact = numpy(keras.ops.gelu(x, approximate=False))
@@ -125,7 +140,7 @@ def _transformers_folder(path):
 @pytest.mark.parametrize("source", ["timm", "transformers"])
 def test_onnx_of_timm_and_transformers_files(source, tmp_path):
     model = _timm_file(tmp_path) if source == "timm" else _transformers_folder(tmp_path)
-    assert not model.get_config()["approximate_gelu"]
+    assert not model.config.encoder.approximate_gelu
     _export_and_compare(model, images(), tmp_path / "model.onnx", f"onnx {source}")
 
 
@@ -170,8 +185,8 @@ def test_bad_requests_are_clear(tmp_path):
         export_model(_model("vit"), tmp_path / "model.pb")
     with pytest.raises(ValueError, match="Unknown export format"):
         export_model(_model("vit"), tmp_path / "model.onnx", format="coreml")
-    mixed = VisionTransformer(image_size=32, patch_size=8, hidden_size=32, num_layers=1,
-                              num_heads=4, mlp_dim=64, num_classes=5, dtype="mixed_bfloat16")
+    mixed = ViTImageClassifier(image_size=32, patch_size=8, hidden_size=32, num_layers=1,
+                               num_heads=4, mlp_dim=64, num_classes=5, dtype="mixed_bfloat16")
     with pytest.raises(ValueError, match="float32"):
         export_model(mixed, tmp_path / "model.onnx")
     assert not list(tmp_path.iterdir())

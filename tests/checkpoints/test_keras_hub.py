@@ -7,7 +7,13 @@ import pytest
 keras_hub = pytest.importorskip("keras_hub")  # in the dev and hub extras
 
 from conftest import fixture_path  # noqa: E402
-from keras_vit import VisionTransformer, from_keras_hub, load_checkpoint, to_keras_hub  # noqa: E402
+from keras_vit import (  # noqa: E402
+    ViTBackbone,
+    ViTImageClassifier,
+    from_keras_hub,
+    load_checkpoint,
+    to_keras_hub,
+)
 
 keras_hub = pytest.importorskip("keras_hub")  # in the dev extra; not on Colab's TPU runtime
 
@@ -38,7 +44,7 @@ def _vit(**kwargs):
     config = dict(image_size=16, patch_size=4, hidden_size=8, num_layers=2, num_heads=2,
                   mlp_dim=16, num_classes=5, approximate_gelu=False)
     config.update(kwargs)
-    return _randomise(VisionTransformer(**config))
+    return _randomise(ViTImageClassifier(**config))
 
 
 @pytest.mark.parametrize("pooling,class_token,intermediate_dim", [
@@ -50,27 +56,48 @@ def test_classifier_both_directions(pooling, class_token, intermediate_dim):
         intermediate_dim=intermediate_dim))
     x = _images()
     vit = from_keras_hub(hub)
-    assert (vit.classifier, vit.representation_size, vit.approximate_gelu) == (
+    assert isinstance(vit, ViTImageClassifier) and isinstance(vit.backbone, ViTBackbone)
+    encoder = vit.config.encoder
+    assert (encoder.classifier, vit.config.head.representation_size, encoder.approximate_gelu) == (
         "token" if class_token else "gap", intermediate_dim, False)
     expected = _numpy(hub(x))
     np.testing.assert_allclose(_numpy(vit(x)), expected, atol=1e-5, rtol=1e-5)
+    # the two parts map onto the two parts: the backbones give the same token sequence
+    sequence = _numpy(hub.backbone(x))
+    np.testing.assert_allclose(_numpy(vit.backbone(x)["tokens"]), sequence, atol=1e-5, rtol=1e-5)
     back = to_keras_hub(vit)
     assert isinstance(back, keras_hub.models.ViTImageClassifier)
     np.testing.assert_allclose(_numpy(back(x)), expected, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(_numpy(back.backbone(x)), sequence, atol=1e-5, rtol=1e-5)
 
 
-def test_backbone_gives_pooled_features():
+def test_backbone_to_backbone():
     x = _images(16, 24)
     for class_token in (True, False):
         backbone = _randomise(_backbone((16, 24, 3), use_class_token=class_token))
         vit = from_keras_hub(backbone)
-        assert vit.num_classes is None and vit.grid_size == (4, 6)
+        assert isinstance(vit, ViTBackbone) and vit.config.grid == (4, 6)
         sequence = _numpy(backbone(x))
         pooled = sequence[:, 0] if class_token else sequence.mean(axis=1)
-        np.testing.assert_allclose(_numpy(vit(x)), pooled, atol=1e-5, rtol=1e-5)
+        outputs = vit(x)
+        np.testing.assert_allclose(_numpy(outputs["tokens"]), sequence, atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(_numpy(outputs["pooled"]), pooled, atol=1e-5, rtol=1e-5)
         back = to_keras_hub(vit)
         assert isinstance(back, keras_hub.models.ViTBackbone)
         np.testing.assert_allclose(_numpy(back(x)), sequence, atol=1e-5, rtol=1e-5)
+
+
+def test_a_classifier_s_backbone_converts_alone():
+    vit = _vit(representation_size=4)
+    hub = to_keras_hub(vit.backbone)
+    assert isinstance(hub, keras_hub.models.ViTBackbone)
+    x = _images()
+    np.testing.assert_allclose(_numpy(hub(x)), _numpy(vit.backbone(x)["tokens"]), atol=1e-5,
+                               rtol=1e-5)
+    again = from_keras_hub(to_keras_hub(vit))
+    assert again.config == vit.config
+    for a, b in zip(again.weights, vit.weights):
+        np.testing.assert_array_equal(_numpy(a), _numpy(b))
 
 
 def test_bias_free_variants_become_zero_biases():
@@ -89,7 +116,7 @@ def test_vit_to_keras_hub_and_back():
     assert hub.backbone.dropout_rate == 0.1
     np.testing.assert_allclose(_numpy(hub(x)), _numpy(vit(x)), atol=1e-5, rtol=1e-5)
     again = from_keras_hub(hub)
-    assert again.get_config()["image_size"] == [12, 16]
+    assert again.config.image_size == (12, 16) and again.config.encoder.dropout_rate == 0.1
     np.testing.assert_allclose(_numpy(again(x)), _numpy(vit(x)), atol=1e-5, rtol=1e-5)
 
 
@@ -149,7 +176,7 @@ def test_to_keras_hub_inexpressible():
         to_keras_hub(_vit(position_embedding="learned_2d"))
     with pytest.raises(ValueError, match="placement 'every_layer'"):
         to_keras_hub(_vit(position_embedding_placement="every_layer"))
-    with pytest.raises(ValueError, match="headless model with a pre_logits"):
-        to_keras_hub(_vit(num_classes=None, representation_size=4))
-    with pytest.raises(TypeError, match="VisionTransformer"):
+    with pytest.raises(ValueError, match="any size .image_size=None.*resize_model"):
+        to_keras_hub(_vit(image_size=None, position_embedding_grid=(4, 4)))
+    with pytest.raises(TypeError, match="keras_vit ViT; it has no BiT ResNetV2"):
         to_keras_hub(load_checkpoint(fixture_path("bit_tiny_r2-1_w32.npz")))

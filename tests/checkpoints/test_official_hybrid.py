@@ -32,7 +32,7 @@ def _assert_rel(actual, expected, rel=1e-5):
 @pytest.mark.parametrize("name", FIXTURES)
 def test_fixture_logits_and_pre_logits(name, hybrids):
     io, model = _io(name), hybrids[name]
-    assert model.resnet["width_factor"] == 0.5
+    assert model.config.stem.width_factor == 0.5
     np.testing.assert_allclose(model.predict(io["images"], verbose=0), io["logits"],
                                atol=LOGIT_ATOL, rtol=0)
     features = model.feature_extractor().predict(io["images"], verbose=0)
@@ -83,7 +83,7 @@ def test_linen_group_norm_shapes_load(tmp_path):
 
 def test_resized_hybrid_checkpoint():
     model = load_checkpoint(fixture_path(f"{FIXTURES[0]}.npz"), image_size=64, num_classes=4)
-    assert model.grid_size == (8, 8) and model.stride == 8
+    assert model.config.grid == (8, 8) and model.config.stride == 8
     assert model.predict(np.zeros((1, 64, 64, 3), "float32"), verbose=0).shape == (1, 4)
 
 

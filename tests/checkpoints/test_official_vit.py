@@ -10,6 +10,7 @@ import pytest
 import keras_vit
 from conftest import LOGIT_ATOL, fixture_path
 from keras_vit.checkpoints import official
+from keras_vit.models.description import Head
 
 VIT_FIXTURES = ["vit_tiny_token_rep16", "vit_tiny_token_norep", "vit_tiny_gap_norep"]
 ATOL = 1e-5
@@ -43,12 +44,13 @@ def test_fixture_intermediates(name, vit_models):
     model = vit_models[name]
     io = _io(name)
     grid = model.get_layer("embedding")(io["images"])
-    tokens, _ = model.encoder.embed(grid)  # after the position embedding (dropout is off)
+    encoder = model.backbone.encoder
+    tokens, _ = encoder.embed(grid)  # after the position embedding (dropout is off)
     probes = {
         "act/embedding": grid,
         "act/Transformer/posembed_input": tokens,
         "act/Transformer/encoderblock_0": model.get_layer("encoderblock_0")(tokens),
-        "act/Transformer": model.encoder(grid),
+        "act/Transformer": encoder(grid),
     }
     outputs = probes.values()
     for key, value in zip(probes, outputs):
@@ -60,11 +62,19 @@ def test_fixture_intermediates(name, vit_models):
 
 def test_inferred_architecture(vit_models):
     model = vit_models["vit_tiny_token_rep16"]
-    assert (model.image_size, model.patch_size, model.hidden_size) == ((32, 32), 4, 32)
-    assert (model.num_layers, model.num_heads, model.mlp_dim) == (2, 4, 64)
-    assert (model.classifier, model.representation_size, model.num_classes) == ("token", 16, 10)
-    gap = vit_models["vit_tiny_gap_norep"]
-    assert (gap.classifier, gap.representation_size) == ("gap", None)
+    assert isinstance(model, keras_vit.ViTImageClassifier)
+    config = model.config
+    assert (config.image_size, config.patches.patch_size, config.encoder.hidden_size) == (
+        (32, 32), 4, 32)
+    encoder = config.encoder
+    assert (encoder.num_layers, encoder.num_heads, encoder.mlp_dim) == (2, 4, 64)
+    assert (encoder.classifier, config.head.representation_size, config.head.num_classes) == (
+        "token", 16, 10)
+    assert config.stem is None and config.patches.num_channels == 3
+    gap = vit_models["vit_tiny_gap_norep"].config
+    assert (gap.encoder.classifier, gap.head.representation_size) == ("gap", None)
+    assert official.infer_vit_config(dict(np.load(fixture_path(
+        "vit_tiny_token_rep16.npz")))) == config
 
 
 def test_exact_gelu_is_measurably_different():
@@ -129,7 +139,7 @@ def test_a_bare_non_square_table_needs_its_grid():
 def test_load_at_higher_resolution_resizes_position_embedding():
     path = fixture_path("vit_tiny_token_norep.npz")
     model = keras_vit.load_checkpoint(path, image_size=48)
-    assert model.grid_size == (12, 12)
+    assert model.config.grid == (12, 12)
     posemb = np.load(path)[official.POSEMB]
     expected = keras_vit.resize_position_embedding(posemb, 12, has_class_token=True)
     got = _np(model.get_layer("posembed_input").pos_embedding)
@@ -140,7 +150,7 @@ def test_load_at_higher_resolution_resizes_position_embedding():
 def test_load_at_a_non_square_resolution(tmp_path):
     path = fixture_path("vit_tiny_token_norep.npz")
     model = keras_vit.load_checkpoint(path, image_size=(32, 48))
-    assert model.grid_size == (8, 12)
+    assert model.config.grid == (8, 12)
     expected = keras_vit.resize_position_embedding(np.load(path)[official.POSEMB], (8, 12), True)
     np.testing.assert_array_equal(_np(model.get_layer("posembed_input").pos_embedding), expected)
     # an official file does not record its grid: a non-square one must be told it
@@ -149,7 +159,7 @@ def test_load_at_a_non_square_resolution(tmp_path):
     with pytest.raises(ValueError, match=r"not a square grid.*pass posemb_grid=\(rows, cols\)"):
         keras_vit.load_checkpoint(wide)
     back = keras_vit.load_checkpoint(wide, posemb_grid=(8, 12))
-    assert back.image_size == (32, 48)
+    assert back.config.image_size == (32, 48)
     for a, b in zip(back.get_weights(), model.get_weights()):
         np.testing.assert_array_equal(a, b)
     tall = keras_vit.load_checkpoint(wide, posemb_grid=(8, 12), image_size=(40, 24))
@@ -161,17 +171,74 @@ def test_load_at_a_non_square_resolution(tmp_path):
 def test_fine_tuning_head_and_pre_logits():
     path = fixture_path("vit_tiny_token_rep16.npz")
     model = keras_vit.load_checkpoint(path, num_classes=3, drop_pre_logits=True)
-    assert model.num_classes == 3 and model.representation_size is None
+    assert model.config.head == Head(3)  # the paper's fine-tuning head: zeros, no pre-logits
     assert not np.any(_np(model.get_layer("head").kernel))
     assert not np.any(_np(model.get_layer("head").bias))
     reference = keras_vit.load_checkpoint(path)
     np.testing.assert_array_equal(
         _np(model.get_layer("encoder_norm").gamma), _np(reference.get_layer("encoder_norm").gamma)
     )
-    features = keras_vit.load_checkpoint(path, num_classes=0)
-    assert features.num_classes is None
+    kept = keras_vit.load_checkpoint(path, num_classes=3)
+    assert kept.config.head == Head(3, representation_size=16)
     io = _io("vit_tiny_token_rep16")
-    np.testing.assert_allclose(_np(features(io["images"])), io["pre_logits"], atol=ATOL)
+    np.testing.assert_allclose(_np(kept.feature_extractor()(io["images"])), io["pre_logits"],
+                               atol=ATOL, rtol=ATOL)
+
+
+def test_no_head_gives_the_backbone(tmp_path):
+    """num_classes=0: the ViTBackbone, its tokens the official encoder output; written back, the
+    file is the original without its head (and pre-logits) tensors."""
+    path = fixture_path("vit_tiny_token_rep16.npz")
+    backbone = keras_vit.load_checkpoint(path, num_classes=0)
+    assert isinstance(backbone, keras_vit.ViTBackbone) and backbone.config.head is None
+    io = _io("vit_tiny_token_rep16")
+    outputs = backbone(io["images"])
+    expected = io["act/Transformer"]
+    error = np.abs(_np(outputs["tokens"]) - expected).max() / np.abs(expected).max()
+    assert error < 1e-5, error
+    np.testing.assert_array_equal(_np(outputs["pooled"]), _np(outputs["tokens"])[:, 0])
+    keras_vit.save_checkpoint(backbone, tmp_path / "backbone.npz")
+    source, saved = np.load(path), np.load(tmp_path / "backbone.npz")
+    headless = [k for k in source.files if not k.startswith(("head/", "pre_logits/"))]
+    assert sorted(saved.files) == sorted(headless)
+    for key in headless:
+        np.testing.assert_array_equal(saved[key], source[key])
+    again = keras_vit.load_checkpoint(tmp_path / "backbone.npz")  # a file without a head
+    assert isinstance(again, keras_vit.ViTBackbone) and again.config == backbone.config
+    np.testing.assert_array_equal(_np(again(io["images"])["tokens"]), _np(outputs["tokens"]))
+
+
+def test_the_classifier_and_its_backbone_write_the_same_encoder(tmp_path, vit_models):
+    model = vit_models["vit_tiny_token_norep"]
+    keras_vit.save_checkpoint(model.backbone, tmp_path / "backbone.npz")
+    keras_vit.save_checkpoint(model, tmp_path / "model.npz")
+    whole, part = np.load(tmp_path / "model.npz"), np.load(tmp_path / "backbone.npz")
+    assert sorted(set(whole.files) - set(part.files)) == ["head/bias", "head/kernel"]
+    for key in part.files:
+        np.testing.assert_array_equal(part[key], whole[key])
+
+
+def test_load_options_reach_the_description():
+    path = fixture_path("vit_tiny_token_norep.npz")
+    model = keras_vit.load_checkpoint(path, dropout_rate=0.1, head_bias_init=-10.0)
+    assert model.config.encoder.dropout_rate == 0.1 and model.config.head.bias_init == -10.0
+    with pytest.raises(ValueError, match="describe a head, and this model has none"):
+        keras_vit.load_checkpoint(path, num_classes=0, head_bias_init=-10.0)
+
+
+def test_a_pre_logits_layer_without_a_head_asks_for_a_choice(tmp_path):
+    tensors = dict(np.load(fixture_path("vit_tiny_token_rep16.npz")))
+    del tensors["head/kernel"], tensors["head/bias"]
+    np.savez(tmp_path / "pooler.npz", **tensors)
+    with pytest.raises(ValueError, match="pre-logits layer .width 16.* but no head"):
+        keras_vit.load_checkpoint(tmp_path / "pooler.npz")
+    with_head = keras_vit.load_checkpoint(tmp_path / "pooler.npz", num_classes=2)
+    assert with_head.config.head == Head(2, representation_size=16)
+    np.testing.assert_array_equal(_np(with_head.get_layer("pre_logits").kernel),
+                                  tensors["pre_logits/kernel"])
+    for options in (dict(num_classes=0), dict(drop_pre_logits=True)):
+        assert isinstance(keras_vit.load_checkpoint(tmp_path / "pooler.npz", **options),
+                          keras_vit.ViTBackbone)
 
 
 @pytest.mark.parametrize("name", VIT_FIXTURES)
@@ -279,7 +346,7 @@ def test_published_name_loads_through_get_file(monkeypatch):
             "vit_tiny_token_norep.npz")
     )
     model = keras_vit.load_checkpoint("imagenet21k+imagenet2012/ViT-B_16")
-    assert model.hidden_size == 32
+    assert model.config.encoder.hidden_size == 32
 
 
 def test_create_model_with_weights_checks_the_architecture():

@@ -26,7 +26,7 @@ from timm_import import import_timm
 
 import keras_vit
 from conftest import installed
-from keras_vit import VisionTransformer, load_checkpoint, save_checkpoint
+from keras_vit import ViTBackbone, ViTImageClassifier, load_checkpoint, save_checkpoint
 
 # The interop extra's packages; Colab's TPU runtime has none of them (timm: --no-deps, README).
 needs_timm = pytest.mark.skipif(not installed("torch", "timm", "safetensors"),
@@ -136,8 +136,51 @@ def test_timm_resized_on_load(tmp_path):
     _save_torch(reference, tmp_path / "vit.safetensors")
     model = load_checkpoint(tmp_path / "vit.safetensors", num_heads=4, image_size=48,
                             num_classes=3)
-    assert model.grid_size == (6, 6) and model.num_classes == 3
+    assert model.config.grid == (6, 6) and model.config.head.num_classes == 3
     assert numpy(model(images(48))).shape == (2, 3)
+
+
+@needs_timm
+@pytest.mark.parametrize("variant", ["token", "gap", "hybrid"])
+def test_timm_backbone_both_ways(variant, tmp_path):
+    """timm's num_classes=0 is the ViTBackbone: its tokens are timm's forward_features, and
+    the backbone written back loads into a headless timm model with strict=True."""
+    import torch
+
+    reference = randomise_torch(VARIANTS[variant]())
+    reference.reset_classifier(0)
+    _save_torch(reference, tmp_path / "features.safetensors")
+    model = load_checkpoint(tmp_path / "features.safetensors", num_heads=4)
+    assert isinstance(model, ViTBackbone)
+    x = images()
+    with torch.no_grad():
+        tokens = reference.forward_features(nchw(x)).numpy()
+    outputs = model(x)
+    assert_close(numpy(outputs["tokens"]), tokens, f"timm {variant} backbone load")
+    assert_close(numpy(outputs["pooled"]), _logits(reference, x), f"timm {variant} pooled")
+
+    save_checkpoint(model, tmp_path / "back.safetensors", format="timm")
+    fresh = VARIANTS[variant]().eval()
+    fresh.reset_classifier(0)
+    state = keras_vit.checkpoints.timm.read_state_dict(tmp_path / "back.safetensors")
+    fresh.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()}, strict=True)
+    with torch.no_grad():
+        assert_close(fresh.forward_features(nchw(x)).numpy(), numpy(outputs["tokens"]),
+                     f"timm {variant} backbone save")
+
+
+@needs_safetensors
+def test_a_classifier_and_its_backbone_share_every_tensor_but_the_head(tmp_path):
+    model = _keras_vit()
+    save_checkpoint(model, tmp_path / "model.safetensors", format="timm")
+    save_checkpoint(model.backbone, tmp_path / "backbone.safetensors", format="timm")
+    read = keras_vit.checkpoints.timm.read_state_dict
+    whole, part = read(tmp_path / "model.safetensors"), read(tmp_path / "backbone.safetensors")
+    assert sorted(set(whole) - set(part)) == ["head.bias", "head.weight"]
+    for key, value in part.items():
+        np.testing.assert_array_equal(value, whole[key])
+    backbone = load_checkpoint(tmp_path / "model.safetensors", num_heads=4, num_classes=0)
+    assert isinstance(backbone, ViTBackbone) and backbone.config == model.backbone.config
 
 
 # ----------------------------------------------------------------------------- without timm
@@ -146,7 +189,7 @@ def test_timm_resized_on_load(tmp_path):
 def _keras_vit(**kwargs):
     config = dict(image_size=32, patch_size=8, hidden_size=64, num_layers=2, num_heads=4,
                   mlp_dim=128, num_classes=5, approximate_gelu=False)
-    return randomise_keras(VisionTransformer(**dict(config, **kwargs)))
+    return randomise_keras(ViTImageClassifier(**dict(config, **kwargs)))
 
 
 def _state(tmp_path, **kwargs):

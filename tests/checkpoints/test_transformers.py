@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from interop_helpers import assert_close, images, nchw, numpy, randomise_keras, randomise_torch
 
-from keras_vit import VisionTransformer, load_checkpoint, save_checkpoint
+from keras_vit import ViTBackbone, ViTImageClassifier, load_checkpoint, save_checkpoint
 
 transformers = pytest.importorskip("transformers")  # in the dev extra; see the README
 pytest.importorskip("torch")  # its models
@@ -39,20 +39,34 @@ def _hf(case):
 
 
 def _outputs(module, x):
+    """A classifier's logits; a ViTModel's last_hidden_state (the backbone's tokens)."""
     import torch
 
     with torch.no_grad():
         out = module(nchw(x))
     if hasattr(out, "logits"):
         return out.logits.numpy()
-    if out.pooler_output is not None:
-        return out.pooler_output.numpy()
-    return out.last_hidden_state[:, 0].numpy()
+    return out.last_hidden_state.numpy()
+
+
+def _pooler(module, x):
+    import torch
+
+    with torch.no_grad():
+        return module(nchw(x)).pooler_output.numpy()
+
+
+def _keras_outputs(model, x):
+    """What ``_outputs`` gives for transformers: a backbone's tokens, a classifier's logits."""
+    outputs = model(x)
+    return numpy(outputs["tokens"] if isinstance(model, ViTBackbone) else outputs)
 
 
 def _reload(case, folder):
+    """The folder keras_vit wrote, through from_pretrained with no missing or unexpected keys (a
+    ViTModel without pooler: keras_vit writes none, the pooler being a classifier's layer)."""
     cls = type(_hf(case))
-    kwargs = dict(add_pooling_layer=False) if case == "model_no_pooler" else {}
+    kwargs = {} if case.startswith("classifier") else dict(add_pooling_layer=False)
     module, info = cls.from_pretrained(folder, output_loading_info=True, **kwargs)
     problems = {k: v for k, v in info.items() if v}
     assert not problems, problems
@@ -61,14 +75,23 @@ def _reload(case, folder):
 
 @pytest.mark.parametrize("case", sorted(CONFIGS))
 def test_transformers_both_ways(case, tmp_path):
+    """ViTForImageClassification <-> ViTImageClassifier (logits), ViTModel <-> ViTBackbone
+    (the token sequence); a ViTModel's pooler is kept under a new head, where it gives the
+    pooler's output as the classifier's features."""
     reference = randomise_torch(_hf(case))
     reference.save_pretrained(tmp_path / "hf")
     x = images()
-    model = load_checkpoint(tmp_path / "hf")
-    assert_close(numpy(model(x)), _outputs(reference, x), f"transformers {case} load")
+    pooler = case.startswith("model_pooler")
+    model = load_checkpoint(tmp_path / "hf", **(dict(num_classes=0) if pooler else {}))
+    assert isinstance(model, ViTImageClassifier if case.startswith("classifier") else ViTBackbone)
+    assert_close(_keras_outputs(model, x), _outputs(reference, x), f"transformers {case} load")
+    if pooler:
+        headed = load_checkpoint(tmp_path / "hf", num_classes=3)
+        assert_close(numpy(headed.feature_extractor()(x)), _pooler(reference, x),
+                     f"transformers {case} pooler load")
 
     save_checkpoint(model, tmp_path / "back", format="transformers")
-    assert_close(_outputs(_reload(case, tmp_path / "back"), x), numpy(model(x)),
+    assert_close(_outputs(_reload(case, tmp_path / "back"), x), _keras_outputs(model, x),
                  f"transformers {case} save")
 
 
@@ -85,7 +108,7 @@ def test_pytorch_model_bin_with_in_memory_key_names(tmp_path):
 
 
 def test_keras_model_to_transformers_and_back_is_exact(tmp_path):
-    model = randomise_keras(VisionTransformer(
+    model = randomise_keras(ViTImageClassifier(
         image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64,
         num_classes=5))
     save_checkpoint(model, tmp_path / "hf", format="transformers")
@@ -97,15 +120,29 @@ def test_keras_model_to_transformers_and_back_is_exact(tmp_path):
     x = images()
     assert_close(_outputs(_reload("classifier", tmp_path / "hf"), x), numpy(model(x)),
                  "transformers keras-built save")
+    save_checkpoint(model.backbone, tmp_path / "backbone", format="transformers")
+    config = json.loads((tmp_path / "backbone" / "config.json").read_text())
+    assert config["architectures"] == ["ViTModel"]
+    assert_close(_outputs(_reload("model_no_pooler", tmp_path / "backbone"), x),
+                 numpy(model.backbone(x)["tokens"]), "transformers keras-built backbone save")
+    again = load_checkpoint(tmp_path / "backbone")
+    assert isinstance(again, ViTBackbone) and again.config == model.backbone.config
 
 
 def test_new_head_and_resolution_on_load(tmp_path):
     randomise_torch(_hf("model_pooler")).save_pretrained(tmp_path / "hf")
     model = load_checkpoint(tmp_path / "hf", num_classes=3, image_size=48)
-    assert model.representation_size == 32 and model.num_classes == 3
+    head = model.config.head
+    assert head.representation_size == 32 and head.num_classes == 3
     assert numpy(model(images(48))).shape == (2, 3)
     model = load_checkpoint(tmp_path / "hf", drop_pre_logits=True)
-    assert model.representation_size is None
+    assert isinstance(model, ViTBackbone)
+
+
+def test_a_pooler_without_a_head_asks_for_a_choice(tmp_path):
+    randomise_torch(_hf("model_pooler_narrow")).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"width 16; transformers' ViTModel pooler.*num_classes"):
+        load_checkpoint(tmp_path)
 
 
 def _edit_config(folder, **changes):
@@ -145,13 +182,13 @@ def test_missing_and_truncated_weights(tmp_path):
 @pytest.mark.parametrize("kwargs, words", [
     (dict(classifier="gap"), "pools the class token"),
     (dict(representation_size=16), "no pre-logits layer"),
-    (dict(resnet=dict(num_layers=[1], width_factor=1), patch_size=1), "no ResNet stem"),
+    (dict(stem=dict(num_layers=[1], width_factor=1), patch_size=1), "no ResNet stem"),
     (dict(position_embedding="learned_2d"), "learned 1-D position embedding"),
 ])
 def test_models_transformers_cannot_express_are_refused(kwargs, words, tmp_path):
     config = dict(image_size=32, patch_size=8, hidden_size=32, num_layers=1, num_heads=4,
                   mlp_dim=64, num_classes=5)
-    model = VisionTransformer(**dict(config, **kwargs))
+    model = ViTImageClassifier(**dict(config, **kwargs))
     with pytest.raises(ValueError, match=words):
         save_checkpoint(model, tmp_path / "hf", format="transformers")
     assert not list(tmp_path.iterdir())

@@ -7,14 +7,16 @@ import numpy as np
 import pytest
 
 import keras_vit
+from keras_vit import ViTBackbone, ViTConfig, ViTImageClassifier
 from keras_vit.costs.compute import flops, pretraining_flops
 from keras_vit.costs.table_6 import TABLE_6
+from keras_vit.models.registry import build_model, model_config
 
 TINY = dict(hidden_size=64, num_layers=2, num_heads=4, mlp_dim=128, num_classes=10)
 
 
 def test_vit_b16_is_17_6_gmacs_and_the_parts_add_up():
-    count = flops(keras_vit.create_model("ViT-B/16"))
+    count = flops(build_model("ViT-B/16"))
     assert round(count / 2e9, 1) == 17.6
     assert sum(count.parts.values()) == count and count.parts["stem"] == 0
     tokens, dim, layers = 197, 768, 12
@@ -25,8 +27,8 @@ def test_vit_b16_is_17_6_gmacs_and_the_parts_add_up():
 
 
 def test_image_size_argument_and_quadratic_attention():
-    model = keras_vit.VisionTransformer(image_size=None, position_embedding_grid=(4, 4),
-                                        patch_size=8, classifier="gap", **TINY)
+    model = ViTImageClassifier(image_size=None, position_embedding_grid=(4, 4), patch_size=8,
+                               classifier="gap", **TINY)
     small, large = flops(model, 32), flops(model, 64)
     assert large.parts["attention_matrix"] == 16 * small.parts["attention_matrix"]
     assert large.parts["mlp"] == 4 * small.parts["mlp"]
@@ -44,10 +46,10 @@ def _xla_flops(model):
 
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="XLA's cost analysis of a jax jit")
 @pytest.mark.parametrize("build", [
-    lambda: keras_vit.VisionTransformer(image_size=48, patch_size=8, **TINY),
-    lambda: keras_vit.VisionTransformer(image_size=32, patch_size=4, classifier="gap", **TINY),
-    lambda: keras_vit.VisionTransformer(image_size=64, patch_size=2, **TINY,
-                                        resnet=dict(num_layers=[1, 1], width_factor=0.5)),
+    lambda: ViTImageClassifier(image_size=48, patch_size=8, **TINY),
+    lambda: ViTImageClassifier(image_size=32, patch_size=4, classifier="gap", **TINY),
+    lambda: ViTImageClassifier(image_size=64, patch_size=2, **TINY,
+                               stem=dict(num_layers=[1, 1], width_factor=0.5)),
     lambda: keras_vit.ResNetV2(block_units=[1, 2], width_factor=0.5, num_classes=10,
                                image_size=64),
 ])
@@ -59,16 +61,31 @@ def test_formula_agrees_with_xla(build):
 
 
 def test_bad_input():
-    model = keras_vit.VisionTransformer(image_size=32, patch_size=8, **TINY)
+    model = ViTImageClassifier(image_size=32, patch_size=8, **TINY)
     with pytest.raises(ValueError, match="not a multiple"):
         flops(model, 36)
     with pytest.raises(ValueError, match="smaller than one patch"):
         flops(model, 4)
-    with pytest.raises(TypeError, match="counts keras_vit VisionTransformer and ResNetV2"):
+    with pytest.raises(TypeError, match="counts keras_vit ViTImageClassifier, ViTBackbone"):
         flops(keras.Sequential([keras.layers.Dense(2)]))
-    anysize = keras_vit.resize_model(model, None)
+    anysize = ViTImageClassifier(image_size=None, position_embedding_grid=(4, 4), patch_size=8,
+                                 **TINY)
     with pytest.raises(ValueError, match="pass flops"):
         flops(anysize)
+    with pytest.raises(ValueError, match="pass flops"):
+        flops(anysize.config)
+
+
+def test_a_backbone_a_classifier_and_their_configs_count_alike():
+    """The head is the only difference; a ViTConfig counts what the model it describes does."""
+    backbone = ViTBackbone(image_size=32, patch_size=8, **{k: v for k, v in TINY.items()
+                                                            if k != "num_classes"})
+    classifier = ViTImageClassifier(backbone, num_classes=10)
+    assert flops(classifier) == flops(classifier.config) == flops(classifier.backbone) + (
+        2 * 64 * 10)
+    assert flops(backbone).parts["head"] == 0 and flops(backbone.config) == flops(backbone)
+    assert flops(classifier.config, 64) == flops(backbone.config, 64, num_classes=10)
+    assert flops(model_config("ViT-B/16")) == flops("ViT-B/16")
 
 
 @pytest.mark.parametrize("name, image_size, overrides", [
@@ -81,7 +98,7 @@ def test_bad_input():
     ("BiT-R50x1", (96, 128), dict(num_classes=None)),
 ])
 def test_a_name_counts_what_the_built_model_counts(name, image_size, overrides):
-    built = flops(keras_vit.create_model(name, image_size=image_size, **overrides))
+    built = flops(build_model(name, image_size=image_size, **overrides))
     by_name = flops(name, image_size, **overrides)
     assert by_name == built and by_name.parts == built.parts
 
@@ -119,7 +136,22 @@ def test_bad_names_and_arguments():
         flops("ViT-X/16")
     with pytest.raises(ValueError, match="not a multiple"):
         flops("ViT-B/16", 200)
-    with pytest.raises(TypeError, match="takes no argument hidden_sise"):
+    with pytest.raises(TypeError, match="takes the arguments of create_model.*'hidden_sise'"):
         flops("ViT-B/16", hidden_sise=512)
+    with pytest.raises(TypeError, match=r"ResNetV2 takes no argument stem; flops\(.BiT-R50x1"):
+        flops("BiT-R50x1", stem=dict(num_layers=(3, 4, 9)))
     with pytest.raises(TypeError, match="only with a model name"):
-        flops(keras_vit.VisionTransformer(image_size=32, patch_size=8, **TINY), num_classes=3)
+        flops(ViTImageClassifier(image_size=32, patch_size=8, **TINY), num_classes=3)
+    with pytest.raises(TypeError, match="has no setting .hidden_sise."):
+        flops(ViTConfig.from_keywords(patch_size=8, **TINY), hidden_sise=3)
+
+
+def test_a_name_takes_what_create_model_takes():
+    """The model's name, its dtype policy and Keras' trainable flag change no count; the stem
+    of a hybrid and the head are described by name too."""
+    vit = flops("ViT-B/16")
+    assert flops("ViT-B/16", name="mine", dtype="mixed_bfloat16", trainable=False) == vit
+    assert flops("BiT-R50x1", trainable=False, dtype="bfloat16") == flops("BiT-R50x1")
+    assert flops("ViT-B/16", stem=dict(num_layers=(3, 4, 9)), patch_size=1) == flops(
+        "R50+ViT-B/16")
+    assert flops("ViT-B/16", num_classes=None) == vit - 2 * 768 * 1000

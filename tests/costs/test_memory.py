@@ -4,8 +4,10 @@ import keras
 import pytest
 
 import keras_vit
+from keras_vit import ViTBackbone, ViTImageClassifier
 from keras_vit.costs.batches import largest_batch
 from keras_vit.costs.memory import memory
+from keras_vit.models.registry import build_model, model_config
 
 TINY = dict(num_classes=10)
 
@@ -23,7 +25,7 @@ TINY = dict(num_classes=10)
     ("AxialResNet26", TINY),
 ])
 def test_a_name_counts_what_the_built_model_holds(name, options):
-    model = keras_vit.create_model(name, image_size=64, **options)
+    model = build_model(name, image_size=64, **options)
     by_name = memory(name, 64, 3, **options)
     built = memory(model, None, 3)
     assert by_name.parts == built.parts
@@ -49,7 +51,7 @@ def test_parts_follow_batch_precision_optimizer_and_remat():
     assert predict < sgd / 5
     # One block's 3 H N^2 float32 numbers at inference: 12 heads, 197 tokens.
     assert predict.parts["attention"] == 8 * 4 * 3 * 12 * 197**2
-    assert memory(keras_vit.create_model("ViT-Ti/8", image_size=32, remat=True, **TINY), None,
+    assert memory(build_model("ViT-Ti/8", image_size=32, remat=True, **TINY), None,
                   4) == memory("ViT-Ti/8", 32, 4, remat=True, **TINY)
 
 
@@ -93,22 +95,36 @@ def test_a_budget_below_one_example_names_the_fix():
     with pytest.raises(ValueError, match="Unknown optimizer 'adam'"):
         memory("ViT-B/16", 224, 1, optimizer="adam")
     with pytest.raises(TypeError, match="only with a model name"):
-        memory(keras_vit.create_model("ViT-Ti/8", image_size=32, **TINY), None, 1, num_classes=3)
+        memory(build_model("ViT-Ti/8", image_size=32, **TINY), None, 1, num_classes=3)
+
+
+def test_a_config_a_backbone_and_a_classifier():
+    """A ViTConfig counts what the model it describes holds; a backbone has no head and no
+    labels; a classifier's dtype policy is read from the model."""
+    config = model_config("ViT-Ti/8").replace(image_size=64, num_classes=10)
+    assert memory(config, None, 3).parts == memory("ViT-Ti/8", 64, 3, **TINY).parts
+    classifier = ViTImageClassifier(config=config, dtype="mixed_bfloat16")
+    mixed = memory(classifier, None, 3)
+    assert mixed.parts == memory(config, None, 3, dtype="mixed_bfloat16").parts
+    backbone = ViTBackbone(config)
+    count = memory(backbone, None, 3)
+    assert count.parts["weights"] == 4 * backbone.count_params()
+    assert count.parts["inputs"] == 3 * 4 * 64 * 64 * 3  # the images alone: no labels
+    assert memory(config, None, 3, num_classes=None).parts == count.parts
 
 
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="XLA's memory analysis of a jax jit")
 @pytest.mark.parametrize("model_class, config, training", [
-    (keras_vit.VisionTransformer, dict(image_size=64, patch_size=8, hidden_size=64, num_layers=2,
-                                       num_heads=4, mlp_dim=256), True),
-    (keras_vit.VisionTransformer, dict(image_size=64, patch_size=1, hidden_size=64, num_layers=2,
-                                       num_heads=4, mlp_dim=128,
-                                       resnet=dict(num_layers=(1, 1), width_factor=0.5)), True),
+    (ViTImageClassifier, dict(image_size=64, patch_size=8, hidden_size=64, num_layers=2,
+                              num_heads=4, mlp_dim=256), True),
+    (ViTImageClassifier, dict(image_size=64, patch_size=1, hidden_size=64, num_layers=2,
+                              num_heads=4, mlp_dim=128,
+                              stem=dict(num_layers=(1, 1), width_factor=0.5)), True),
     (keras_vit.ResNetV2, dict(image_size=64, block_units=(1, 1), width_factor=0.5), False),
-    (keras_vit.AxialVisionTransformer, dict(image_size=32, patch_size=8, hidden_size=32,
-                                            num_layers=1, num_heads=4, mlp_dim=64), True),
-    (keras_vit.AxialVisionTransformer, dict(image_size=64, patch_size=8, hidden_size=64,
-                                            num_layers=1, num_heads=4, mlp_dim=128,
-                                            classifier="gap"), False),
+    (ViTImageClassifier, dict(image_size=32, patch_size=8, hidden_size=32, num_layers=1,
+                              num_heads=4, mlp_dim=64, axial=True), True),
+    (ViTImageClassifier, dict(image_size=64, patch_size=8, hidden_size=64, num_layers=1,
+                              num_heads=4, mlp_dim=128, classifier="gap", axial=True), False),
     (keras_vit.AxialResNet, dict(image_size=32, block_units=(1,), width_factor=0.5), True),
 ])
 def test_agreement_with_xla(model_class, config, training):

@@ -125,7 +125,7 @@ def test_bad_inputs_are_clear_errors():
 
 
 def test_fewshot_linear_uses_the_models_pre_logits_features():
-    model = keras_vit.VisionTransformer(
+    model = keras_vit.ViTImageClassifier(
         image_size=8, patch_size=4, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=16,
         num_classes=3, representation_size=6, num_channels=1,
     )
@@ -147,6 +147,22 @@ def test_fewshot_linear_uses_the_models_pre_logits_features():
         assert result[shot]["per_seed"] == pytest.approx(expected[shot]["per_seed"])
     with pytest.raises(ValueError, match="fewer than shots=5"):
         fewshot_linear(model, x_train, y_train, x_test, y_test, shots=(5,))
+
+
+def test_fewshot_linear_of_a_backbone_reads_its_pooled_output():
+    backbone = keras_vit.ViTBackbone(image_size=8, patch_size=4, hidden_size=8, num_layers=1,
+                                     num_heads=2, mlp_dim=16, classifier="gap", num_channels=1)
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1, 1, (12, 8, 8, 1)).astype("float32")
+    y = np.arange(12) % 3
+    result = fewshot_linear(backbone, x, y, x, y, shots=(2,), seeds=(0, 1), batch_size=4)
+    pooled = backbone.predict(x, verbose=0)["pooled"]
+    assert pooled.shape == (12, 8)
+    expected = fewshot_linear_from_features(pooled, y, pooled, y, shots=(2,), seeds=(0, 1))
+    assert result[2]["per_seed"] == pytest.approx(expected[2]["per_seed"])
+    classifier = keras_vit.ViTImageClassifier(backbone, num_classes=3)  # no pre_logits
+    again = fewshot_linear(classifier, x, y, x, y, shots=(2,), seeds=(0, 1))
+    assert again[2]["per_seed"] == pytest.approx(result[2]["per_seed"])
 
 
 def test_fewshot_linear_duck_types_the_feature_extractor():

@@ -2,13 +2,13 @@
 
 import itertools
 import math
-from types import SimpleNamespace
 
 import keras
 import numpy as np
 import pytest
 from inspection_helpers import build_vit, to_numpy, zero_query_key
 
+from keras_vit import ViTConfig
 from keras_vit.inspection import (
     attention_maps,
     attention_rollout,
@@ -53,7 +53,7 @@ def test_attention_weights_shapes_and_rows(classifier, tokens, vit_images, reque
 
 def test_first_layer_weights_are_the_softmax_of_the_first_block(token_vit, vit_images):
     """Recompute block 0's attention from its weights with numpy."""
-    tokens, _ = token_vit.encoder.embed(token_vit.get_layer("embedding")(vit_images))
+    tokens, _ = token_vit.backbone.encoder.embed(token_vit.get_layer("embedding")(vit_images))
     x = to_numpy(tokens).astype("float64")
     block = token_vit.get_layer("encoderblock_0")
     norm = block.LayerNorm_0
@@ -177,10 +177,17 @@ def test_attention_distance_of_a_trained_like_model_is_bounded(token_vit, vit_im
 
 
 def test_patch_centres_are_spaced_by_the_model_stride():
-    centres = patch_centres(SimpleNamespace(grid_size=(2, 3), stride=32))
-    np.testing.assert_array_equal(
-        centres, [[16, 16], [16, 48], [16, 80], [48, 16], [48, 48], [48, 80]]
-    )
+    """A hybrid's patches: 4 x 4 on the feature map of a stem that downsamples 8 times."""
+    config = ViTConfig.from_keywords(image_size=(64, 96), patch_size=4, hidden_size=8,
+                                     num_layers=1, num_heads=2, mlp_dim=16,
+                                     stem=dict(num_layers=(1, 1), width_factor=0.5))
+    expected = [[16, 16], [16, 48], [16, 80], [48, 16], [48, 48], [48, 80]]
+    np.testing.assert_array_equal(patch_centres(config), expected)
+    np.testing.assert_array_equal(patch_centres(config.replace(image_size=None,
+                                                               position_embedding_grid=(1, 1)),
+                                                (64, 96)), expected)
+    with pytest.raises(ValueError, match="any image size; pass image_size"):
+        patch_centres(config.replace(image_size=None, position_embedding_grid=(1, 1)))
 
 
 def test_bad_inputs_are_rejected(token_vit):
@@ -194,8 +201,41 @@ def test_bad_inputs_are_rejected(token_vit):
         attention_rollout(token_vit, np.zeros((0, 16, 16, 3), "float32"))
     with pytest.raises(ValueError, match="batch_size"):
         attention_weights(token_vit, np.zeros((1, 16, 16, 3), "float32"), batch_size=0)
-    with pytest.raises(TypeError, match="VisionTransformer"):
+    with pytest.raises(TypeError, match="ViTImageClassifier or ViTBackbone"):
         attention_weights(keras.Sequential([keras.layers.Dense(2)]), np.zeros((1, 4)))
+
+
+def test_a_backbone_gives_what_its_classifier_gives(token_vit, vit_images):
+    for function in (attention_weights, attention_rollout, attention_maps,
+                     mean_attention_distance):
+        np.testing.assert_array_equal(function(token_vit.backbone, vit_images),
+                                      function(token_vit, vit_images))
+    assert uniform_attention_distance(token_vit.backbone) == uniform_attention_distance(
+        token_vit.config)
+
+
+def test_a_model_of_any_size_reads_the_grid_of_its_images():
+    model = zero_query_key(build_vit("gap", image_size=None, position_embedding_grid=(4, 4)))
+    images = np.random.default_rng(4).uniform(-1, 1, (2, 16, 32, 3)).astype("float32")
+    assert attention_weights(model, images)[0].shape == (2, 2, 32, 32)
+    np.testing.assert_allclose(attention_rollout(model, images), 1 / 32, rtol=1e-5)
+    assert attention_maps(model, images).shape == (2, 3, 2, 4, 8)
+    np.testing.assert_allclose(mean_attention_distance(model, images),
+                               uniform_attention_distance(model, (16, 32)), rtol=1e-5)
+    with pytest.raises(ValueError, match="not a multiple"):
+        attention_rollout(model, images[:, :, :30])
+    with pytest.raises(ValueError, match=r"\(batch, height, width, 3\)"):
+        attention_maps(model, images[..., :1])
+
+
+def test_an_axial_vit_gives_row_and_column_weights_and_no_rollout(vit_images):
+    model = build_vit("token", num_layers=1, axial=True)
+    row, column = attention_weights(model, vit_images)
+    assert row.shape == (3, 5, 2, 4, 4) and column.shape == (3, 4, 2, 5, 5)  # the class row
+    np.testing.assert_allclose(row.sum(-1), 1.0, atol=1e-5)
+    for function in (attention_rollout, attention_maps, mean_attention_distance):
+        with pytest.raises(ValueError, match="Axial-ViT attends within rows"):
+            function(model, vit_images)
 
 
 def _partner(offset):

@@ -50,6 +50,16 @@ def test_similarity_of_a_random_table_is_its_cosine_matrix():
     unit = table / np.linalg.norm(table, axis=-1, keepdims=True)
     np.testing.assert_allclose(similarity.reshape(16, 16), unit @ unit.T, atol=1e-6)
     np.testing.assert_allclose(np.diagonal(similarity.reshape(16, 16)), 1.0, atol=1e-6)
+    np.testing.assert_array_equal(position_embedding_similarity(model.backbone), similarity)
+
+
+def test_similarity_of_a_model_of_any_size_is_over_its_learned_grid():
+    model = build_vit("gap", image_size=None, position_embedding_grid=(2, 3))
+    table = to_numpy(model.get_layer("posembed_input").pos_embedding)[0].astype("float64")
+    unit = table / np.linalg.norm(table, axis=-1, keepdims=True)
+    similarity = position_embedding_similarity(model)
+    assert similarity.shape == (2, 3, 2, 3)
+    np.testing.assert_allclose(similarity.reshape(6, 6), unit @ unit.T, atol=1e-6)
 
 
 def test_every_layer_similarity_reads_the_chosen_block():

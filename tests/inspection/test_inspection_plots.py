@@ -122,7 +122,7 @@ def test_head_maps_share_one_log_scale_relative_to_uniform():
 def test_attention_matrix_rows_are_the_maps(token_vit, vit_images):
     layer, head = 1, 0
     matrix = attention_weights(token_vit, vit_images[:1])[layer][0, head]
-    fig = plot_attention_matrix(matrix, token_vit.grid_size, rows=[0, 6], image=vit_images[0])
+    fig = plot_attention_matrix(matrix, token_vit.config.grid, rows=[0, 6], image=vit_images[0])
     whole, picture, class_row, patch_row = fig.axes[:4]
     assert whole.get_title() == "Attention matrix (17 x 17)"
     np.testing.assert_allclose(whole.images[0].get_array(), matrix * 16, rtol=1e-6)
