@@ -300,6 +300,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def probabilities(self, inputs, bias=None):
         """The (batch, H, N, N) attention probabilities the layer computes for ``inputs``
         (float32; what inspection reads, paper Sec. 4.5 and Appendix D.8)."""
+        if not self.built:  # a method, not a call: Keras builds only on __call__
+            self.build(tuple(inputs.shape))
         q, k, _, bias = self._project(inputs, bias)
         return self._softmax(q, k, bias)
 
@@ -382,6 +384,8 @@ class AxialAttention(MultiHeadSelfAttention):
 
     def probabilities(self, inputs, bias=None):
         """(batch, other, H, length, length): each row's (or column's) probabilities."""
+        if not self.built:
+            self.build(tuple(inputs.shape))
         shape = ops.shape(inputs)
         probs = super().probabilities(fold_axis(inputs, self.axis), bias=bias)
         length, other = shape[self.axis], shape[3 - self.axis]

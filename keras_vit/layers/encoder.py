@@ -490,6 +490,8 @@ class Encoder(keras.layers.Layer):
     def intermediates(self, inputs):
         """What every block saw and made: ``{"tokens": the output, "blocks": each block's output,
         "attention": each attention's probabilities}`` (inference; paper Sec. 4.5, Fig. 6-7)."""
+        if not self.built:  # a method, not a call: Keras builds only on __call__
+            self.build(tuple(inputs.shape))
         seen = {"blocks": [], "attention": []}
         tokens = self._encode(inputs, None, seen)
         return {"tokens": tokens, **seen}
