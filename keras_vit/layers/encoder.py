@@ -68,8 +68,42 @@ def layer_norm(name, dtype=None, epsilon=LAYER_NORM_EPSILON):
     return keras.layers.LayerNormalization(epsilon=epsilon, dtype=dtype, name=name)
 
 
+class Settings:
+    """What a frozen dataclass of settings shares: a JSON form (``to_dict``, ``from_dict``, with
+    nested settings and tuples as dicts and lists) and checked copies (``replace``)."""
+
+    def to_dict(self):
+        """The settings as a JSON-able dict (``from_dict`` reads it back)."""
+        return {field.name: _json(getattr(self, field.name)) for field in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, values):
+        """The settings of ``to_dict``'s dict (None, or settings of this class, unchanged)."""
+        if values is None or isinstance(values, cls):
+            return values
+        unknown = sorted(set(values) - set(cls.field_names()))
+        if unknown:
+            raise TypeError(f"{cls.__name__} has no setting {', '.join(unknown)}; its settings "
+                            f"are {', '.join(cls.field_names())}.")
+        return cls(**values)
+
+    @classmethod
+    def field_names(cls):
+        return [field.name for field in dataclasses.fields(cls)]
+
+    def replace(self, **changes):
+        """A copy with ``changes`` (checked again)."""
+        return dataclasses.replace(self, **changes)
+
+
+def _json(value):
+    if isinstance(value, tuple):
+        return [_json(v) for v in value]
+    return value.to_dict() if isinstance(value, Settings) else value
+
+
 @dataclasses.dataclass(frozen=True)
-class EncoderConfig:
+class EncoderConfig(Settings):
     """The settings of the Transformer encoder, checked once (vit_jax's ``transformer`` config).
 
     One frozen object, built by the model and handed unchanged to the ``Encoder`` and each of
@@ -159,36 +193,6 @@ class EncoderConfig:
     def relative_position(self):
         """Whether every attention learns 1-D relative position logits (Appendix D.4)."""
         return self.position_embedding == "relative"
-
-    def to_dict(self):
-        """The settings as a JSON-able dict (``from_dict`` reads it back)."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values):
-        """The configuration of ``to_dict``'s dict (or of an ``EncoderConfig``, unchanged)."""
-        if isinstance(values, cls):
-            return values
-        unknown = sorted(set(values) - set(cls.field_names()))
-        if unknown:
-            raise TypeError(f"EncoderConfig has no setting {', '.join(unknown)}; its settings "
-                            f"are {', '.join(cls.field_names())}.")
-        return cls(**values)
-
-    @classmethod
-    def field_names(cls):
-        return [field.name for field in dataclasses.fields(cls)]
-
-    @classmethod
-    def split(cls, arguments):
-        """``(EncoderConfig, the other arguments)`` of a model's flat arguments."""
-        names = set(cls.field_names())
-        return (cls(**{k: v for k, v in arguments.items() if k in names}),
-                {k: v for k, v in arguments.items() if k not in names})
-
-    def replace(self, **changes):
-        """A copy with ``changes`` (checked again)."""
-        return dataclasses.replace(self, **changes)
 
 
 def encoder_config(owner, config):

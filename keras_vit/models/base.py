@@ -62,35 +62,18 @@ def head(num_classes, kernel_initializer, bias_init, dtype):
     )
 
 
-class ConfiguredModel(keras.Model):
-    """A functional model whose config is the normalised constructor arguments.
+class QuantizableModel(keras.Model):
+    """What keras_vit's functional models share: the dtype policy they were given, ``quantize``
+    on every projection with keras_vit's checks first, and the common part of the config."""
 
-    A subclass builds its graph, calls ``super().__init__(inputs=..., outputs=..., name=...,
-    arguments=...)`` with the dict of its own (normalised) arguments; each becomes an attribute
-    of the same name and the whole dict is ``get_config``.
-    """
-
-    def __init__(self, *, inputs, outputs, name, arguments, dtype=None, **kwargs):
+    def __init__(self, *, inputs, outputs, name, dtype=None, **kwargs):
         super().__init__(inputs=inputs, outputs=outputs, name=name, **kwargs)
         if dtype is not None:  # a functional Model ignores the dtype argument
             self.dtype_policy = dtype
-        self._arguments = dict(arguments)
-        for key, value in self._arguments.items():
-            setattr(self, key, value)
         quantization.settle_policies(self)
         # Keras wraps quantize in checks of its own, whose errors send an image model towards
         # a text calibration: keras_vit's checks go first.
         self.quantize = quantization.checked(self, self.quantize)
-
-    def get_config(self):
-        config = {
-            "name": self.name,
-            "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(quantization.policy_for_config(self)),
-        }
-        for key, value in self._arguments.items():
-            config[key] = list(value) if isinstance(value, tuple) else value
-        return config
 
     def quantize(self, mode=None, config=None, filters=None, **kwargs):
         """``keras.Model.quantize`` on the layers Keras can quantize: every projection.
@@ -103,9 +86,40 @@ class ConfiguredModel(keras.Model):
         super().quantize(mode, config=config, filters=quantization.layer_filter(filters),
                          **kwargs)
 
-    @classmethod
-    def from_config(cls, config):
+    def base_config(self):
+        """The name, trainability and dtype policy (a quantized model's map included)."""
+        return {"name": self.name, "trainable": self.trainable,
+                "dtype": keras.dtype_policies.serialize(quantization.policy_for_config(self))}
+
+    @staticmethod
+    def with_policy(config):
+        """A copy of a saved config with its dtype policy deserialised."""
         config = dict(config)
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)
+        return config
+
+
+class ConfiguredModel(QuantizableModel):
+    """A functional model whose config is the normalised constructor arguments.
+
+    A subclass builds its graph, calls ``super().__init__(inputs=..., outputs=..., name=...,
+    arguments=...)`` with the dict of its own (normalised) arguments; each becomes an attribute
+    of the same name and the whole dict is ``get_config``.
+    """
+
+    def __init__(self, *, inputs, outputs, name, arguments, dtype=None, **kwargs):
+        super().__init__(inputs=inputs, outputs=outputs, name=name, dtype=dtype, **kwargs)
+        self._arguments = dict(arguments)
+        for key, value in self._arguments.items():
+            setattr(self, key, value)
+
+    def get_config(self):
+        config = self.base_config()
+        for key, value in self._arguments.items():
+            config[key] = list(value) if isinstance(value, tuple) else value
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**cls.with_policy(config))

@@ -20,7 +20,7 @@ import dataclasses
 
 import keras
 
-from keras_vit.layers.encoder import EncoderConfig
+from keras_vit.layers.encoder import EncoderConfig, Settings
 from keras_vit.layers.resnet import check_units, hybrid_stride, plain_number, root_width
 
 __all__ = ["EncoderConfig", "Head", "Patches", "Stem", "ViTConfig"]
@@ -44,40 +44,8 @@ def _pair(name, value, optional=True):
     return (_positive(name, pair[0]), _positive(name, pair[1]))
 
 
-class _Section:
-    """What the sections share: a frozen dataclass with a JSON form and checked copies."""
-
-    def to_dict(self):
-        return {field.name: _json(getattr(self, field.name)) for field in dataclasses.fields(self)}
-
-    @classmethod
-    def from_dict(cls, values):
-        if values is None or isinstance(values, cls):
-            return values
-        unknown = sorted(set(values) - set(cls.field_names()))
-        if unknown:
-            raise TypeError(f"{cls.__name__} has no setting {', '.join(unknown)}; its settings "
-                            f"are {', '.join(cls.field_names())}.")
-        return cls(**values)
-
-    @classmethod
-    def field_names(cls):
-        return [field.name for field in dataclasses.fields(cls)]
-
-    def replace(self, **changes):
-        return dataclasses.replace(self, **changes)
-
-
-def _json(value):
-    if isinstance(value, tuple):
-        return [_json(v) for v in value]
-    if isinstance(value, _Section) or isinstance(value, EncoderConfig):
-        return value.to_dict()
-    return value
-
-
 @dataclasses.dataclass(frozen=True)
-class Stem(_Section):
+class Stem(Settings):
     """The ResNet stem of a hybrid (paper Sec. 3.1; ``keras_vit.layers.resnet.HybridStem``).
 
     Args:
@@ -102,7 +70,7 @@ class Stem(_Section):
 
 
 @dataclasses.dataclass(frozen=True)
-class Patches(_Section):
+class Patches(Settings):
     """The patches of Eq. 1: side ``patch_size`` (P; on the stem's feature map for a hybrid) and
     the input's ``num_channels`` (C)."""
 
@@ -115,7 +83,7 @@ class Patches(_Section):
 
 
 @dataclasses.dataclass(frozen=True)
-class Head(_Section):
+class Head(Settings):
     """The classification head (paper Sec. 3.1): ``Dense(num_classes)``, after a Dense + tanh
     ``pre_logits`` layer of width ``representation_size`` when set (the pre-training head's
     hidden layer, Appendix D.3). The kernel is zeros by default (Sec. 3.2 "zero-initialized");
@@ -142,7 +110,7 @@ _SECTIONS = {"stem": Stem, "patches": Patches, "encoder": EncoderConfig, "head":
 
 
 @dataclasses.dataclass(frozen=True)
-class ViTConfig(_Section):
+class ViTConfig(Settings):
     """A Vision Transformer (a hybrid, an Axial-ViT), whole: see the module's docstring.
 
     Args:

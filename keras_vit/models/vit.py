@@ -21,8 +21,7 @@ from keras_vit.layers.encoder import Encoder
 from keras_vit.layers.patching import PatchEmbedding
 from keras_vit.layers.resnet import HybridStem
 from keras_vit.layers.tokens import TokenPooling
-from keras_vit.models import quantization
-from keras_vit.models.base import float32_output_dtype
+from keras_vit.models.base import QuantizableModel, float32_output_dtype
 from keras_vit.models.description import Head, ViTConfig, _owner
 
 __all__ = ["ViTBackbone", "ViTImageClassifier", "describe"]
@@ -39,29 +38,19 @@ def describe(config=None, keywords=None):
     return config.replace(**keywords) if keywords else config
 
 
-class DescribedModel(keras.Model):
+class DescribedModel(QuantizableModel):
     """A functional model whose ``get_config`` is its ``ViTConfig`` (``self.config``)."""
 
     def __init__(self, *, inputs, outputs, name, config, dtype=None, **kwargs):
-        super().__init__(inputs=inputs, outputs=outputs, name=name, **kwargs)
-        if dtype is not None:  # a functional Model ignores the dtype argument
-            self.dtype_policy = dtype
+        super().__init__(inputs=inputs, outputs=outputs, name=name, dtype=dtype, **kwargs)
         self.config = config
-        quantization.settle_policies(self)
-        # Keras wraps quantize in checks of its own, whose errors send an image model towards
-        # a text calibration: keras_vit's checks go first.
-        self.quantize = quantization.checked(self, self.quantize)
 
     def get_config(self):
-        return {"name": self.name, "trainable": self.trainable,
-                "dtype": keras.dtype_policies.serialize(quantization.policy_for_config(self)),
-                "config": self.config.to_dict()}
+        return {**self.base_config(), "config": self.config.to_dict()}
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        config = cls.with_policy(config)
         trainable = config.pop("trainable", True)
         model = cls(config=ViTConfig.from_dict(config.pop("config")), **config)
         model.trainable = trainable
@@ -78,17 +67,6 @@ class DescribedModel(keras.Model):
 
                 check_earlier_layout(self, filepath)
             raise
-
-    def quantize(self, mode=None, config=None, filters=None, **kwargs):
-        """``keras.Model.quantize`` on the layers Keras can quantize: every projection.
-
-        ``mode`` is ``"int8"``, ``"int4"`` or ``"float8"`` (``keras_vit.models.quantization``
-        says what each does and why ``"gptq"``/``"awq"`` are refused); ``filters`` narrows the
-        layers further. Layers Keras cannot quantize (norms, convolutions, embeddings added to
-        the tokens) are left as they are, without a warning each.
-        """
-        super().quantize(mode, config=config, filters=quantization.layer_filter(filters),
-                         **kwargs)
 
     def call(self, inputs, training=None, mask=None):
         if self.config.image_size is None:  # checked whenever the shape is known when traced
