@@ -93,6 +93,8 @@ PROOFS = {
         "abs(ratio[-1] - 1) < ",  # 16 components hold all the variance of 16-value filters
         "np.allclose(matrix[0, 1:]",  # a class-token map is row 0 of the attention matrix
         "np.allclose(matrix.sum(axis=-1), 1",  # every row of the matrix is a distribution
+    ],
+    "08_compute_and_memory.ipynb": [
         # Fig. 12 (right), from the memory model
         "all((np.all(np.diff(row) < 0)",  # every model's batch falls with the size
         "np.all(vit_b32 > r50)",  # ViT-B/32 fits more than BiT-R50x1 at every size

@@ -74,19 +74,52 @@ def plot_embedding_filters(components, columns=7, title=None):
     return fig
 
 
-def _similarity_mosaic(similarity):
-    """The (rows, cols) tiles of a similarity array laid out as one image, NaN between tiles."""
-    rows, cols = similarity.shape[:2]
+def _similarity_mosaic(similarity, row_tiles, col_tiles):
+    """The tiles (row_tiles x col_tiles) of a similarity array laid out as one image, NaN
+    between tiles."""
+    rows, cols = similarity.shape[2:]
     gap = 1
-    mosaic = np.full((rows * (rows + gap) - gap, cols * (cols + gap) - gap), np.nan)
-    for r in range(rows):
-        for c in range(cols):
-            top, left = r * (rows + gap), c * (cols + gap)
+    mosaic = np.full((len(row_tiles) * (rows + gap) - gap, len(col_tiles) * (cols + gap) - gap),
+                     np.nan)
+    for i, r in enumerate(row_tiles):
+        for j, c in enumerate(col_tiles):
+            top, left = i * (rows + gap), j * (cols + gap)
             mosaic[top:top + rows, left:left + cols] = similarity[r, c]
     return mosaic
 
 
-def plot_position_embedding_similarity(similarity, title="Position embedding similarity"):
+def _check_tiles(tiles, rows, cols):
+    """The rows and the columns whose tiles are drawn: all of them, or ``tiles`` for both."""
+    if tiles is None:
+        return list(range(rows)), list(range(cols))
+    picked = [int(t) for t in tiles]
+    if not picked or any(t < 0 or t >= min(rows, cols) for t in picked):
+        raise ValueError(f"Expected tiles as row and column indices from 0 to "
+                         f"{min(rows, cols) - 1} (the grid is {rows} x {cols}), got {list(tiles)}.")
+    return picked, picked
+
+
+def _draw_similarity_panel(axis, values, tiles, cmap):
+    """One mosaic of ``plot_position_embedding_similarity`` on ``axis``; returns its image."""
+    rows, cols = values.shape[2:]
+    row_tiles, col_tiles = _check_tiles(tiles, rows, cols)
+    image = axis.imshow(_similarity_mosaic(values, row_tiles, col_tiles), cmap=cmap, vmin=-1,
+                        vmax=1, interpolation="nearest")
+    # one tick per tile at its centre, named by its patch's row or column counted from 1
+    axis.set_xticks(np.arange(len(col_tiles)) * (cols + 1) + (cols - 1) / 2,
+                    [c + 1 for c in col_tiles])
+    axis.set_yticks(np.arange(len(row_tiles)) * (rows + 1) + (rows - 1) / 2,
+                    [r + 1 for r in row_tiles])
+    axis.tick_params(length=0)
+    for side in axis.spines.values():
+        side.set_visible(False)
+    axis.set_xlabel("Input patch column")
+    axis.set_ylabel("Input patch row")
+    return image
+
+
+def plot_position_embedding_similarity(similarity, title="Position embedding similarity",
+                                       tiles=None):
     """Fig. 7 (centre) and Fig. 10: the similarity of each patch's embedding with all others.
 
     Tile (r, c) of the mosaic shows, over the whole grid, the cosine similarity between the
@@ -98,6 +131,9 @@ def plot_position_embedding_similarity(similarity, title="Position embedding sim
             mapping from panel titles to such arrays: the panels are drawn side by side, on the
             same colour scale with one colour bar (Fig. 10 compares models this way).
         title: the figure title.
+        tiles: the rows and columns (counted from 0) whose tiles are drawn, the same for both,
+            e.g. ``(0, 4, 9, 13)``: 16 tiles, each still over the whole grid, large enough to
+            read where all 14 x 14 of a 14 x 14 grid are not. By default every tile.
 
     Example:
     >>> import numpy as np
@@ -108,32 +144,26 @@ def plot_position_embedding_similarity(similarity, title="Position embedding sim
     ...                                           "B": np.zeros((3, 3, 3, 3))})
     >>> [axis.get_title() for axis in fig.axes[:2]], len(fig.axes)
     (['A', 'B'], 3)
+    >>> fig = plot_position_embedding_similarity(np.ones((5, 5, 5, 5)), tiles=(0, 4))
+    >>> [tick.get_text() for tick in fig.axes[0].get_xticklabels()]
+    ['1', '5']
     """
     single = not isinstance(similarity, Mapping)
     panels = {None: similarity} if single else dict(similarity)
     if not panels:
         raise ValueError("Expected at least one similarity array to plot, got an empty mapping.")
     panels = {name: check_similarity(value) for name, value in panels.items()}
+    for values in panels.values():
+        _check_tiles(tiles, *values.shape[:2])
     fig = _new_figure((5.5 + 4.6 * (len(panels) - 1), 5.0))
     # cosine similarity is signed: a diverging map centred at 0 (white), the same for every tile
     # and every panel; the gaps between tiles grey, so that they differ from a similarity of 0
     from matplotlib import colormaps
 
     cmap = colormaps["RdBu_r"].with_extremes(bad="0.75")
-    axes = []
-    for index, values in enumerate(panels.values()):
-        rows, cols = values.shape[:2]
-        axis = fig.add_subplot(1, len(panels), index + 1)
-        image = axis.imshow(_similarity_mosaic(values), cmap=cmap, vmin=-1, vmax=1,
-                            interpolation="nearest")
-        axis.set_xticks(np.arange(cols) * (cols + 1) + (cols - 1) / 2, np.arange(1, cols + 1))
-        axis.set_yticks(np.arange(rows) * (rows + 1) + (rows - 1) / 2, np.arange(1, rows + 1))
-        axis.tick_params(length=0)
-        for side in axis.spines.values():
-            side.set_visible(False)
-        axis.set_xlabel("Input patch column")
-        axis.set_ylabel("Input patch row")
-        axes.append(axis)
+    axes = [fig.add_subplot(1, len(panels), index + 1) for index in range(len(panels))]
+    for axis, values in zip(axes, panels.values()):
+        image = _draw_similarity_panel(axis, values, tiles, cmap)
     if single:
         axes[0].set_title(title)
     else:
@@ -606,6 +636,6 @@ def plot_largest_batch(table, memory_gib=16, training=False, title=None):
     axis.set_ylabel(f"Largest {step} batch per {memory_gib:g} GiB device")
     axis.grid(True, which="major", alpha=0.3)
     # outside the axes, so that the legend never hides a line
-    axis.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     axis.set_title(title or "Fig. 12 (right), from keras_vit.memory")
     return fig

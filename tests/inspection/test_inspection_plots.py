@@ -205,11 +205,23 @@ def test_similarity_mosaic_places_each_patch_tile():
     assert np.ma.getmaskarray(mosaic)[2, 2] or np.isnan(mosaic[2, 2])
 
 
+def test_similarity_tiles_draw_a_subset_of_rows_and_columns():
+    similarity = np.zeros((5, 5, 5, 5))
+    similarity[4, 0, 2, 3] = 1.0
+    fig = plot_position_embedding_similarity(similarity, tiles=(0, 4))
+    mosaic = fig.axes[0].images[0].get_array()
+    # 2 x 2 tiles of 5 x 5 cells and one gap: tile (row 5, column 1) is the lower left one
+    assert mosaic.shape == (11, 11) and mosaic[6 + 2, 3] == 1.0 and np.nansum(mosaic) == 1.0
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["1", "5"]
+
+
 @pytest.mark.parametrize(
     "call, message",
     [
         (lambda: plot_embedding_filters(np.zeros((4, 1, 1, 32))), "C = 1 or 3"),
         (lambda: plot_position_embedding_similarity(np.zeros((4, 4, 16))), "rows, cols, rows"),
+        (lambda: plot_position_embedding_similarity(np.zeros((3, 3, 3, 3)), tiles=(0, 3)),
+         "indices from 0 to 2"),
         (lambda: plot_mean_attention_distance(np.zeros(5)), "num_layers, num_heads"),
         (lambda: plot_attention_rollout(np.zeros((2, 8, 8, 3)), np.zeros((1, 2, 2))),
          "one \\(rows, cols\\) rollout map per image"),
