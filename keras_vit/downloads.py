@@ -1,7 +1,8 @@
 """Every download of keras_vit (datasets, official checkpoints) goes through ``download``.
 
 Files land in the Keras cache (``~/.keras``, or ``$KERAS_HOME``) through
-``keras.utils.get_file``, with its progress bar. ``KERAS_VIT_MIRROR=<base url>`` sends every
+``keras.utils.get_file``, with its progress bar; a ``file://`` source (a local folder) is copied
+quietly, without a message or a bar. ``KERAS_VIT_MIRROR=<base url>`` sends every
 request to ``<base url>/<original host>/<original path>`` instead (a proxy, or a local copy of
 the buckets: ``https://storage.googleapis.com/vit_models/x.npz`` is fetched from
 ``<base url>/storage.googleapis.com/vit_models/x.npz``). A download that is cut short or fails
@@ -103,8 +104,11 @@ def download(url, *, cache_subdir, fname=None, check=None):
     fresh = not os.path.exists(target)
     via = f" (through {MIRROR}={os.environ[MIRROR]!r})" if source != url else ""
     try:
-        path = keras.utils.get_file(fname=fname, origin=source, cache_subdir=cache_subdir,
-                                    cache_dir=cache_dir())
+        if source.startswith("file://"):
+            path = _copy_local(source, target)
+        else:
+            path = keras.utils.get_file(fname=fname, origin=source, cache_subdir=cache_subdir,
+                                        cache_dir=cache_dir())
     except Exception as error:  # get_file wraps HTTP and URL errors in a bare Exception
         _remove(target)
         raise ConnectionError(
@@ -120,6 +124,23 @@ def download(url, *, cache_subdir, fname=None, check=None):
                 f"The download of {source}{via} is corrupt or incomplete ({error}); it was "
                 "deleted. Try again; if it persists, the server holds a bad copy.") from error
     return path
+
+
+def _copy_local(source, target):
+    """Copy a ``file://`` source into the cache (unless it is there): a local copy needs no
+    "Downloading data from" line or progress bar, which would print the folder's path."""
+    import shutil
+    import urllib.request
+
+    if not os.path.exists(target):
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        local = urllib.request.url2pathname(urllib.parse.urlsplit(source).path)
+        try:  # through a temporary name, so a failed copy never looks complete
+            shutil.copyfile(local, target + ".part")
+            os.replace(target + ".part", target)
+        finally:
+            _remove(target + ".part")
+    return target
 
 
 def _remove(path):

@@ -53,8 +53,9 @@ def test_published_checkpoint_downloads_through_the_mirror(served, cache):
     assert keras_vit.load_checkpoint("imagenet21k/ViT-Ti_16").config.encoder.hidden_size == 32
 
 
-def test_a_mirror_folder_serves_without_a_server(cache, monkeypatch, tmp_path):
-    """``file://<folder>`` laid out by ``mirror_path`` (notebook 05's offline stand-in)."""
+def test_a_mirror_folder_serves_without_a_server(cache, monkeypatch, tmp_path, capsys):
+    """``file://<folder>`` laid out by ``mirror_path`` (notebook 05's offline stand-in), copied
+    without a message or progress bar (they would print the folder's path)."""
     root = tmp_path / "mirror"
     target = downloads.mirror_path(root, URL)
     assert target == str(root / "storage.googleapis.com" / "vit_models" / "imagenet21k"
@@ -64,6 +65,11 @@ def test_a_mirror_folder_serves_without_a_server(cache, monkeypatch, tmp_path):
     monkeypatch.setenv("KERAS_VIT_MIRROR", root.as_uri())
     assert keras_vit.load_checkpoint("imagenet21k/ViT-Ti_16").config.encoder.hidden_size == 32
     assert (cache / "keras_vit" / "imagenet21k" / "ViT-Ti_16.npz").is_file()
+    printed = capsys.readouterr()
+    assert "Downloading" not in printed.out + printed.err and str(root) not in printed.out
+    with pytest.raises(ConnectionError, match="Could not download file://.*ViT-Ti_32.npz"):
+        keras_vit.load_checkpoint("imagenet21k/ViT-Ti_32")  # not in the folder
+    assert not list((cache / "keras_vit" / "imagenet21k").glob("ViT-Ti_32*"))
 
 
 def test_corrupt_checkpoint_is_deleted(served, cache):
