@@ -130,6 +130,7 @@ def _copy_local(source, target):
     """Copy a ``file://`` source into the cache (unless it is there): a local copy needs no
     "Downloading data from" line or progress bar, which would print the folder's path."""
     import shutil
+    import urllib.parse
     import urllib.request
 
     if not os.path.exists(target):
