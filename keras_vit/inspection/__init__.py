@@ -40,6 +40,7 @@ from keras_vit.inspection.embeddings import (
     position_similarity_summary,
 )
 from keras_vit.inspection.faithfulness import PerturbationCurves, perturbation_curves
+from keras_vit.inspection.gradients import relevancy
 from keras_vit.inspection.plots import (
     plot_attention_maps,
     plot_attention_matrix,
@@ -51,7 +52,6 @@ from keras_vit.inspection.plots import (
     plot_position_embedding_similarity,
     plot_relevancy,
 )
-from keras_vit.inspection.relevancy import relevancy
 from keras_vit.inspection.shipped import FASHION_MNIST_VIT, fashion_mnist_vit
 
 # Modules not imported above are imported when first reached as attributes.

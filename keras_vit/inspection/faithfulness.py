@@ -24,7 +24,7 @@ from keras_vit.inspection.attention import (
     attention_rollout,
     backbone_of,
 )
-from keras_vit.inspection.relevancy import _check_model, relevancy
+from keras_vit.inspection.gradients import _check_model, relevancy
 from keras_vit.models.vit import ViTImageClassifier
 
 EXPLANATIONS = ("attention", "rollout", "relevancy", "random")
@@ -79,6 +79,8 @@ def _explanation_maps(model, images, explanations, class_index, seed, batch_size
     if isinstance(explanations, str):
         explanations = (explanations,)
     named = dict(explanations) if isinstance(explanations, dict) else dict.fromkeys(explanations)
+    if not named:
+        raise ValueError(f"Expected at least one explanation, e.g. {EXPLANATIONS}.")
     grid = _check_images(backbone_of(model), images)[1]
     maps = {}
     for name, given in named.items():
@@ -153,28 +155,35 @@ def perturbation_curves(model, images, labels, explanations=EXPLANATIONS, fracti
     if not isinstance(model, ViTImageClassifier):
         _check_model(model, "perturbation_curves")  # raises, naming the fix
     backbone = model.backbone
-    images, grid = _check_images(backbone, images)
+    images, _ = _check_images(backbone, images)
     labels = np.asarray(labels)
     if labels.shape != (len(images),) or not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(f"Expected one integer label per image, shape ({len(images)},); got "
                          f"{labels.dtype} of shape {labels.shape}.")
     fractions = _check_fractions(fractions)
     maps = _explanation_maps(model, images, explanations, class_index, seed, batch_size)
+    positive, negative = _curves(model, images, labels, maps, fractions, fill, batch_size)
+    return PerturbationCurves(fractions, positive, negative)
+
+
+def _curves(model, images, labels, maps, fractions, fill, batch_size):
+    """({name: accuracy per fraction}, the same) for the positive and the negative order."""
 
     def accuracy(batch):
         logits = model.predict(batch, batch_size=batch_size, verbose=0)
         return float(np.mean(np.argmax(np.asarray(logits), axis=-1) == labels))
 
-    patches = grid[0] * grid[1]
-    ends = {0: accuracy(images), patches: accuracy(np.full_like(images, fill))}
-    curves = {"positive": {}, "negative": {}}
+    batch, rows, cols = next(iter(maps.values())).shape
+    # the ends are shared by every order: computed once, they are exactly the same
+    ends = {0: accuracy(images), rows * cols: accuracy(np.full_like(images, fill))}
+    curves = ({}, {})
     for name, scores in maps.items():
-        for order, sign in (("positive", -1.0), ("negative", 1.0)):
+        for curve, sign in zip(curves, (-1.0, 1.0)):
             # rank 0 is deleted first; ties go to the earlier patch (row-major)
-            first = np.argsort(sign * scores.reshape(len(images), -1), axis=1, kind="stable")
-            rank = np.argsort(first, axis=1, kind="stable").reshape(len(images), *grid)
-            curves[order][name] = np.array([
+            first = np.argsort(sign * scores.reshape(batch, -1), axis=1, kind="stable")
+            rank = np.argsort(first, axis=1, kind="stable").reshape(batch, rows, cols)
+            curve[name] = np.array([
                 ends[k] if k in ends else
-                accuracy(delete_patches(images, rank < k, backbone.config.stride, fill))
-                for k in np.rint(fractions * patches).astype(int)])
-    return PerturbationCurves(fractions, curves["positive"], curves["negative"])
+                accuracy(delete_patches(images, rank < k, model.config.stride, fill))
+                for k in np.rint(fractions * rows * cols).astype(int)])
+    return curves

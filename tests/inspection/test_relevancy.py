@@ -14,7 +14,7 @@ import pytest
 import keras_vit
 from keras_vit import ViTBackbone, ViTImageClassifier
 from keras_vit.inspection import relevancy
-from keras_vit.inspection.relevancy import attention_gradients, gated_logits, gradient
+from keras_vit.inspection.gradients import attention_gradients, gated_logits, gradient
 
 CLASSES = 4
 
