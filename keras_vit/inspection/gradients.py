@@ -203,6 +203,9 @@ def relevancy(model, images, class_index=None, batch_size=32):
     (2, 2, 2)
     """
     _check_model(model)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or (
+            batch_size < 1):
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
     images, grid = _check_images(backbone_of(model), images)
     chosen = class_indices(model, images, class_index, batch_size)
     maps = []
