@@ -1,5 +1,9 @@
 """Inspecting a Vision Transformer (paper Sec. 4.5 and Appendix D.7-D.8; Figs. 6, 7, 10, 11).
 
+Beyond the paper: gradient-weighted relevancy (``relevancy``, Chefer et al., ICCV 2021) and the
+perturbation test of which explanation is faithful (``perturbation_curves``, Chefer et al.,
+CVPR 2021).
+
 The computations take a ``ViTImageClassifier`` or a ``ViTBackbone`` and read the backbone
 (its ``attention_model()``, ``position_embedding_layer(block)`` and patch embedding); they
 return numpy arrays, which the ``plot_*`` helpers draw as the paper does
@@ -35,6 +39,8 @@ from keras_vit.inspection.embeddings import (
     position_similarity_by_distance,
     position_similarity_summary,
 )
+from keras_vit.inspection.faithfulness import PerturbationCurves, perturbation_curves
+from keras_vit.inspection.gradients import relevancy
 from keras_vit.inspection.plots import (
     plot_attention_maps,
     plot_attention_matrix,
@@ -44,6 +50,7 @@ from keras_vit.inspection.plots import (
     plot_largest_batch,
     plot_mean_attention_distance,
     plot_position_embedding_similarity,
+    plot_relevancy,
 )
 from keras_vit.inspection.shipped import FASHION_MNIST_VIT, fashion_mnist_vit
 
@@ -53,6 +60,7 @@ __getattr__, __dir__ = _submodules.attribute_hook(__name__)
 __all__ = [
     "FASHION_MNIST_VIT",
     "FilterComponents",
+    "PerturbationCurves",
     "attention_maps",
     "attention_rollout",
     "attention_weights",
@@ -61,6 +69,7 @@ __all__ = [
     "fashion_mnist_vit",
     "mean_attention_distance",
     "patch_centres",
+    "perturbation_curves",
     "plot_attention_maps",
     "plot_attention_matrix",
     "plot_attention_rollout",
@@ -69,9 +78,11 @@ __all__ = [
     "plot_largest_batch",
     "plot_mean_attention_distance",
     "plot_position_embedding_similarity",
+    "plot_relevancy",
     "position_embedding_similarity",
     "position_similarity_by_distance",
     "position_similarity_summary",
+    "relevancy",
     "rollout_object_share",
     "rollout_to_image",
     "uniform_attention_distance",

@@ -377,6 +377,52 @@ def plot_attention_rollout(images, rollout, value_range=(-1.0, 1.0), max_images=
     return fig
 
 
+def plot_relevancy(images, maps, value_range=(-1.0, 1.0), max_images=None, titles=None):
+    """Each image beside explanation maps of it (gradient relevancy, Chefer et al. 2021, and
+    whatever else is given, say raw attention and rollout), drawn as heat maps on the image.
+
+    Relevancy is not normalised and its scale differs from attention's, so every map is divided
+    by its own maximum (upsampled onto the image, bilinear): the colours compare where each map
+    puts its weight, not how much.
+
+    Args:
+        images: (batch, height, width, channels) images with values in ``value_range``.
+        maps: (batch, rows, cols) maps from ``relevancy``, or a dict ``{label: maps}`` of
+            several explanations of the same images, drawn as one column each.
+        value_range: the range of the image values (the models' [-1, 1] by default).
+        max_images: draw at most this many images.
+        titles: optional list of one title per image (e.g. the class), above its input.
+
+    Example:
+    >>> import numpy as np
+    >>> maps = {"rollout": np.ones((1, 2, 2)), "relevancy": np.eye(2)[None]}
+    >>> fig = plot_relevancy(np.zeros((1, 8, 8, 3)), maps)
+    >>> [axis.get_title() for axis in fig.axes[:3]]
+    ['Input', 'rollout', 'relevancy']
+    """
+    pictures = _pictures(images, value_range)
+    maps = dict(maps) if isinstance(maps, dict) else {"Relevancy": maps}
+    if not maps:
+        raise ValueError("Expected explanation maps, got an empty dict.")
+    count = len(pictures) if max_images is None else max(1, min(int(max_images), len(pictures)))
+    heats = {}
+    for label, values in maps.items():
+        values = np.asarray(values, dtype=np.float64)
+        if values.ndim != 3 or len(values) != len(pictures):
+            raise ValueError(f"Expected one (rows, cols) map per image for {label!r}, i.e. "
+                             f"shape ({len(pictures)}, rows, cols), got {values.shape}.")
+        heats[label] = rollout_to_image(values[:count], pictures.shape[1:3], normalize=True)
+    columns = 1 + len(heats)
+    fig = _new_figure((2.3 * columns, 2.0 * count + 0.4))
+    axes = fig.subplots(count, columns, squeeze=False)
+    for index in range(count):
+        label = titles[index] if titles is not None else "Input"
+        image = _draw_rollout_row(axes[index], pictures[index], label, heats, index, 1.0)
+    fig.colorbar(image, ax=axes[:, 1:], shrink=min(0.9, 0.35 + 0.15 * count),
+                 label="share of the map's maximum")
+    return fig
+
+
 def _relative_heat(values, pictures, count):
     """The first ``count`` rollout maps relative to the uniform share, upsampled onto the
     images."""

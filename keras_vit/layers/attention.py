@@ -216,6 +216,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     ``layer.probabilities(x)`` gives the (batch, H, N, N) probabilities (the call itself returns
     only the output, on the fastest kernel), and ``layer(x, bias=b)`` adds logits ``b``
     (broadcastable to (batch, H, N, N)), e.g. a large negative number on keys to ignore.
+    ``layer(x, gate=g)`` multiplies the probabilities by ``g`` (broadcastable to
+    (batch, H, N, N)) on the explicit path: at g = 1 the output is unchanged, and the gradient
+    with respect to g is grad A * A, what gradient relevancy reads (Chefer et al., 2021).
 
     Example:
     >>> import numpy as np
@@ -286,11 +289,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             logits = logits + ops.cast(bias, "float32")
         return ops.softmax(logits, axis=-1)
 
-    def call(self, inputs, training=None, bias=None):
+    def call(self, inputs, training=None, bias=None, gate=None):
         q, k, v, bias = self._project(inputs, bias)
-        if training and self.attention_dropout_rate > 0:  # dropout needs the probabilities
-            probs = self.attention_dropout(ops.cast(self._softmax(q, k, bias), v.dtype),
-                                           training=training)
+        dropout = training and self.attention_dropout_rate > 0
+        if dropout or gate is not None:  # both need the probabilities themselves
+            probs = self._softmax(q, k, bias)
+            if gate is not None:
+                probs = probs * ops.cast(gate, probs.dtype)
+            probs = self.attention_dropout(ops.cast(probs, v.dtype), training=training)
             return self._output(ops.einsum("bhqk,bkhd->bqhd", probs, v))
         bias = None if bias is None else ops.cast(bias, q.dtype)
         flash = flash_attention_argument(self.attention_implementation, q, bias,

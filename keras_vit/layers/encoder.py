@@ -257,7 +257,8 @@ class EncoderBlock(keras.layers.Layer):
     """One pre-LN Transformer block (the official ``Encoder1DBlock``).
 
     ``attention_probabilities(x)`` gives the attention probabilities the block computes for its
-    input ``x`` (inspection; the call stays on the fast path). ``config`` is the ``EncoderConfig``
+    input ``x`` (inspection; the call stays on the fast path), and ``block(x, gate=g)``
+    multiplies them by ``g`` (``MultiHeadSelfAttention``). ``config`` is the ``EncoderConfig``
     (heads, MLP width, rates, GELU, epsilon, remat); a ``"relative"`` position embedding gives
     the attention learned 1-D relative position logits (paper Appendix D.4). ``attention_axis``
     (1 or 2) makes the attention run along one axis of a (batch, H, W, D) grid (Axial-ViT).
@@ -307,13 +308,17 @@ class EncoderBlock(keras.layers.Layer):
         ):
             layer.build(input_shape)
 
-    def call(self, inputs, training=None):
-        if self.config.remat:
+    def call(self, inputs, training=None, gate=None):
+        if self.config.remat and gate is None:  # a gate is for inspection, which keeps no memory
             return keras.remat(lambda x: self._forward(x, training))(inputs)
-        return self._forward(inputs, training)
+        return self._forward(inputs, training, gate)
 
-    def _forward(self, inputs, training):
-        x = self.MultiHeadDotProductAttention_1(self.LayerNorm_0(inputs), training=training)
+    def _forward(self, inputs, training, gate=None):
+        attention = self.MultiHeadDotProductAttention_1
+        if gate is None:  # the axial layers take no gate
+            x = attention(self.LayerNorm_0(inputs), training=training)
+        else:
+            x = attention(self.LayerNorm_0(inputs), training=training, gate=gate)
         x = inputs + self.dropout(x, training=training)
         return x + self.MlpBlock_3(self.LayerNorm_2(x), training=training)
 
@@ -500,15 +505,30 @@ class Encoder(keras.layers.Layer):
         tokens = self._encode(inputs, None, seen)
         return {"tokens": tokens, **seen}
 
-    def _encode(self, inputs, training, seen=None):
+    def gated(self, inputs, gates):
+        """The output (inference, explicit attention) with block i's attention probabilities
+        multiplied by ``gates[i]`` (batch, heads, N, N): at gates of ones the call's output, and
+        the gradient with respect to a gate is grad A * A (gradient relevancy, Chefer et al.,
+        2021). Not for an Axial-ViT, whose blocks take no gate."""
+        if len(gates) != len(self.blocks):
+            raise ValueError(f"Expected one gate per block ({len(self.blocks)}), got "
+                             f"{len(gates)}.")
+        if not self.built:
+            self.build(tuple(inputs.shape))
+        return self._encode(inputs, None, gates=gates)
+
+    def _encode(self, inputs, training, seen=None, gates=None):
         x, grid = self.embed(inputs, training=training)
         x = self._to_blocks(x, grid)
-        for block, position in zip(self.blocks, self._block_positions):
+        for i, (block, position) in enumerate(zip(self.blocks, self._block_positions)):
             if position is not None:
                 x = self._add_block_position(position, x, grid)
             if seen is not None:
                 seen["attention"].extend(block.attention_probabilities(x))
-            x = block(x, training=training)
+            if gates is None:
+                x = block(x, training=training)
+            else:
+                x = block(x, training=training, gate=gates[i])
             if seen is not None:
                 seen["blocks"].append(x)
         return self._from_blocks(self.encoder_norm(x))
