@@ -12,13 +12,24 @@ FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "official")
 LOGIT_ATOL = 2e-6
 
 
-# For tests whose result cannot depend on the backend of the suite that runs them: a fresh
-# interpreter that sets its own backend or none (the console script in a clean environment, an
-# import probe), or numpy and scikit-learn alone. They run in the jax suites (.ci/run's, and
-# .ci/colab's on Colab's versions), not again under tensorflow and torch (CI's 90 minutes).
-once_per_ci = pytest.mark.skipif(
-    keras.backend.backend() != "jax",
-    reason="backend-independent (its own interpreter and backend, or no Keras): run under jax")
+# Tests whose result cannot depend on the backend of the suite that runs them: a fresh
+# interpreter that sets its own backend or none (the console script, an import probe), the command
+# line's parsing and run files, numpy and scikit-learn alone, downloads, the costs' arithmetic,
+# documentation checks. They carry the mark `backend_independent`: every test of the folders below
+# gets it, any other test by `@pytest.mark.backend_independent` (or a module's `pytestmark`), and
+# a test of these folders that does reach backend code opts out with
+# `@pytest.mark.backend_dependent`. A plain `python -m pytest` runs them under whatever backend;
+# CI runs them in its jax suite only (`-m "not backend_independent"` for tensorflow and torch).
+BACKEND_INDEPENDENT_FOLDERS = ("app", "benchmarks", "costs", "data", "evaluation")
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        folder = os.path.relpath(str(item.path), TESTS).split(os.sep)[0]
+        if folder in BACKEND_INDEPENDENT_FOLDERS and not item.get_closest_marker(
+                "backend_dependent"):
+            item.add_marker(pytest.mark.backend_independent)
 
 
 def installed(*modules):

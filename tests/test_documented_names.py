@@ -18,6 +18,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.backend_independent  # documentation, resolved in a fresh interpreter
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAME = re.compile(r"\bkeras_vit(?:\.[A-Za-z_]\w*)+")
 

@@ -12,6 +12,8 @@ from keras_vit.data import offline
 from tests import mirror
 from tests.conftest import fixture_path
 
+pytestmark = pytest.mark.backend_independent  # the cache and mirror of keras.utils.get_file
+
 URL = "https://storage.googleapis.com/vit_models/imagenet21k/ViT-Ti_16.npz"
 
 

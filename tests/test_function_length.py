@@ -5,7 +5,11 @@ import ast
 import pathlib
 import textwrap
 
+import pytest
+
 import keras_vit
+
+pytestmark = pytest.mark.backend_independent  # the source's function lengths
 
 PACKAGE = pathlib.Path(keras_vit.__file__).parent
 LIMIT = 60

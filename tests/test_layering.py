@@ -4,7 +4,11 @@ beside it on its floor."""
 import ast
 import pathlib
 
+import pytest
+
 import keras_vit
+
+pytestmark = pytest.mark.backend_independent  # the imports between rooms, read from the source
 
 PACKAGE = pathlib.Path(keras_vit.__file__).parent
 # The rooms each room must not import (at module level or inside a function): those above it

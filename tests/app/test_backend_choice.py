@@ -9,7 +9,6 @@ import sys
 import pytest
 
 from keras_vit.app import backend_choice
-from tests.conftest import once_per_ci
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = ["train", "--train-examples", "128", "--test-examples", "64", "--batch-size", "64",
@@ -43,7 +42,6 @@ def _backend_of_run(home, output):
         return json.load(file)["backend"]
 
 
-@once_per_ci
 def test_no_choice_runs_on_the_fastest_installed_backend_and_says_so(tmp_path):
     done = _command(tmp_path, *TINY, "--output", "run")
     assert done.returncode == 0, done.stderr
@@ -60,7 +58,6 @@ def test_no_choice_runs_on_the_fastest_installed_backend_and_says_so(tmp_path):
     assert done.returncode == 0 and _backend_of_run(tmp_path, "again") == expected
 
 
-@once_per_ci
 def test_a_keras_json_choice_is_kept(tmp_path):
     chosen = next((b for b in ("jax", "torch") if b != _expected() and backend_choice.installed(b)),
                   None)
@@ -73,7 +70,6 @@ def test_a_keras_json_choice_is_kept(tmp_path):
     assert "keras-vit: running on" not in done.stderr
 
 
-@once_per_ci
 def test_an_explicit_keras_backend_is_kept_and_errors_still_show(tmp_path):
     explicit = next(b for b in ("tensorflow", "torch", "jax") if backend_choice.installed(b))
     done = _command(tmp_path, "evaluate", "missing.keras", KERAS_BACKEND=explicit)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import LOGIT_ATOL, fixture_path, installed, once_per_ci
+from conftest import LOGIT_ATOL, fixture_path, installed
 from keras_vit import data
 from keras_vit.app import cli, run_files
 
@@ -161,7 +161,6 @@ def test_pretrain_mpp_encoder_loads_back_and_finetunes(tmp_path):
     assert _metrics(ft)["steps"] == 2
 
 
-@once_per_ci  # the installed script; conversions under each backend: test_official_vit*.py
 def test_console_script(tmp_path):
     script = shutil.which("keras-vit")
     assert script, "the keras-vit console script is not installed: pip install -e ."

@@ -11,7 +11,6 @@ import pytest
 
 import keras_vit
 from keras_vit.app import cli, commands
-from tests.conftest import once_per_ci
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -40,7 +39,6 @@ def _python(code, **env):
     return done
 
 
-@once_per_ci  # a fresh interpreter, without the suite's KERAS_BACKEND
 @pytest.mark.parametrize("env", [{}, {"KERAS_BACKEND": "jax"}])
 def test_import_has_no_side_effects(env):
     effects = json.loads(_python(_PROBE, **env).stdout.splitlines()[-1])

@@ -5,7 +5,6 @@ import types
 import pytest
 
 from keras_vit.app import runtime
-from tests.conftest import once_per_ci
 
 
 @pytest.fixture
@@ -27,6 +26,7 @@ def test_colab_kaggle_and_elsewhere(bare):
     assert runtime.hosted() == "colab"
 
 
+@pytest.mark.backend_dependent  # TensorFlow's devices come from a tf.distribute strategy
 def test_distribute_on_one_cpu(bare, capsys):
     replicas, scope = runtime.distribute()
     assert replicas == 1
@@ -35,6 +35,7 @@ def test_distribute_on_one_cpu(bare, capsys):
     assert capsys.readouterr().out.startswith("local, ")
 
 
+@pytest.mark.backend_dependent
 def test_setup_reads_small_mode_and_seeds(bare, capsys):
     import numpy as np
 
@@ -48,7 +49,6 @@ def test_setup_reads_small_mode_and_seeds(bare, capsys):
     assert np.random.rand() == draw  # the same seed, the same draws
 
 
-@once_per_ci  # a fresh interpreter under jax, whatever the suite's backend
 def test_setup_keeps_tensorflow_start_up_lines_out_of_the_notebook(tmp_path):
     """What a kernel captures from fd 2 during the set-up cell: nothing (TensorFlow's C++ lines
     bypass Python's sys.stderr)."""

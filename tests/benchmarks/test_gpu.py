@@ -10,8 +10,6 @@ import types
 
 import pytest
 
-from tests.conftest import once_per_ci
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import gpu  # noqa: E402
@@ -21,7 +19,6 @@ def _positive(values):
     return all(isinstance(v, (int, float)) and v > 0 for v in values)
 
 
-@once_per_ci
 def test_the_toy_run_measures_every_row_and_writes_its_json(tmp_path):
     out = tmp_path / "gpu.json"
     env = dict(os.environ, PYTHONPATH=ROOT)

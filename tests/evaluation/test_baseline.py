@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from keras_vit.evaluation import pixel_baseline
-from tests.conftest import once_per_ci
 
 
 def test_pixel_baseline_on_real_digits():
@@ -17,7 +16,6 @@ def test_pixel_baseline_on_real_digits():
     assert 0.9 < accuracy <= 1.0
 
 
-@once_per_ci  # scikit-learn on numpy arrays: no backend involved
 def test_pixel_baseline_converges_on_thousands_of_images():
     """The per-example penalty: a fixed C = 1 left L-BFGS unconverged after 200 iterations on
     25,600 Fashion-MNIST images (the notebooks' ConvergenceWarning)."""
