@@ -5,39 +5,38 @@ which the class's module enters in Keras' registry when it is imported. keras_vi
 modules on first use (``import keras_vit`` imports neither them nor Keras), and Keras imports a
 module by the file's ``module`` entry only for its own packages (keras, keras_hub, keras_cv,
 keras_nlp), so after a plain ``import keras_vit`` a fresh process could not load a keras_vit
-file. Here every registered name gets a stand-in whose ``from_config`` imports the class's
-module (which registers the class itself, replacing the stand-in) and builds the object with
-it. The stand-ins enter Keras' registry as soon as Keras is imported: at once when it already
-is, else when Python finishes importing it (a finder on ``sys.meta_path`` that sees the
-``keras`` import only, then leaves). Neither imports Keras.
+file. Here every registered name (read from the ``register_keras_serializable`` decorators in
+the source, so that no list is kept beside them) gets a stand-in whose ``from_config`` imports
+the class's module (which registers the class itself, replacing the stand-in) and builds the
+object with it. The stand-ins enter Keras' registry as soon as Keras is imported: at once when
+it already is, else when Python finishes importing it (a finder on ``sys.meta_path`` that sees
+the ``keras`` import only, then leaves). Neither imports Keras.
 """
 
 import importlib
 import importlib.util
+import pathlib
+import re
 import sys
 
 PACKAGE = "keras_vit"
-# module -> the classes it registers under "keras_vit>" (tests/test_registration.py checks it)
-CLASSES = {
-    "keras_vit.layers.attention": ("AxialAttention", "FlatGlorotUniform",
-                                   "MultiHeadSelfAttention"),
-    "keras_vit.layers.axial": ("AxialEncoder", "AxialEncoderBlock", "AxialUnit",
-                               "PositionSensitiveAxialAttention"),
-    "keras_vit.layers.encoder": ("Encoder", "EncoderBlock", "MlpBlock"),
-    "keras_vit.layers.patching": ("PatchEmbedding",),
-    "keras_vit.layers.position": ("AddPositionEmbedding", "AddPositionEmbedding2D",
-                                  "RelativePositionLogits"),
-    "keras_vit.layers.resnet": ("BiTRoot", "HybridStem", "PostActivationUnit",
-                                "PreActivationUnit", "ResNetStage", "StandardizedConv2D"),
-    "keras_vit.layers.tokens": ("ClassToken", "TokenPooling"),
-    "keras_vit.models.axial": ("AxialResNet",),
-    "keras_vit.models.resnet_v2": ("ResNetV2",),
-    "keras_vit.models.upgrade": ("AxialVisionTransformer", "VisionTransformer"),
-    "keras_vit.models.vit": ("ViTBackbone", "ViTImageClassifier"),
-    "keras_vit.training.mpp": ("MaskedPatchPrediction",),
-    "keras_vit.training.optimizers": ("AccumulatingSGD", "TraceSGD"),
-    "keras_vit.training.schedules": ("WarmupLinearDecay",),
-}
+# The decorator each registered class carries; the classes are read from it, never listed.
+_REGISTERED = re.compile(
+    r'^@keras\.saving\.register_keras_serializable\(package="keras_vit"\)\s*\nclass (\w+)',
+    re.MULTILINE)
+
+
+def classes():
+    """``{module: class names}`` of every class a keras_vit module registers under
+    ``keras_vit>``, read from the decorators in the source files (nothing is imported)."""
+    root = pathlib.Path(__file__).parent
+    found = {}
+    for path in sorted(root.rglob("*.py")):
+        names = _REGISTERED.findall(path.read_text(encoding="utf-8"))
+        if names:
+            module = ".".join((PACKAGE, *path.relative_to(root).with_suffix("").parts))
+            found[module] = tuple(sorted(names))
+    return found
 
 
 class _StandIn:
@@ -55,14 +54,14 @@ class _StandIn:
         real = keras.saving.get_custom_objects().get(cls.registered_name)
         if real is None or issubclass(real, _StandIn):
             raise TypeError(f"{cls.module} does not register {cls.registered_name}; "
-                            "keras_vit._registration.CLASSES is out of date.")
+                            "its decorator is not the one keras_vit._registration reads.")
         return real.from_config(config)
 
 
 def stand_ins():
-    """``{registered name: stand-in class}`` of every class in ``CLASSES``."""
+    """``{registered name: stand-in class}`` of every class of ``classes()``."""
     found = {}
-    for module, names in CLASSES.items():
+    for module, names in classes().items():
         for name in names:
             registered = f"{PACKAGE}>{name}"
             found[registered] = type(name, (_StandIn,), {

@@ -4,10 +4,11 @@
 from keras_vit.checkpoints.formats import load_checkpoint
 from keras_vit.layers.encoder import EncoderConfig
 from keras_vit.models import registry
+from keras_vit.models.base import MODEL_KEYWORDS
 from keras_vit.models.description import ViTConfig
 
 # Settings a fine-tuning or a file may change without changing the architecture.
-_FREE = ("name", "trainable", "dtype", "num_classes", "representation_size", "dropout_rate",
+_FREE = (*MODEL_KEYWORDS, "num_classes", "representation_size", "dropout_rate",
          "attention_dropout_rate")
 
 

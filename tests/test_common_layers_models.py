@@ -153,7 +153,7 @@ NOT_LAYERS = {attention.FlatGlorotUniform: "tests/layers/test_attention_projecti
 
 def _registered():
     """The classes registered under keras_vit, each module imported (no stand-in left)."""
-    for module in _registration.CLASSES:
+    for module in _registration.classes():
         importlib.import_module(module)
     return {name.split(">", 1)[1]: cls for name, cls in keras.saving.get_custom_objects().items()
             if name.startswith("keras_vit>")}

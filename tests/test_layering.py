@@ -59,8 +59,83 @@ def test_the_library_never_imports_the_application():
 
 
 def test_the_modules_that_serve_several_floors_import_no_room():
-    # downloads and distribution serve data (floor 1) and the floors above: a room of theirs
+    # checks, downloads and distribution serve floor 1 and the floors above: a room of theirs
     # would reach data into it (docs/architecture.md)
     wrong = {name: sorted(set(_imported_rooms(PACKAGE / f"{name}.py")))
-             for name in ("downloads", "distribution")}
-    assert wrong == {"downloads": [], "distribution": []}
+             for name in ("checks", "downloads", "distribution")}
+    assert wrong == {"checks": [], "downloads": [], "distribution": []}
+
+
+def _module_name(path):
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_module(name):
+    relative = pathlib.Path(*name.split("."))
+    return (PACKAGE.parent / relative.with_suffix(".py")).exists() or (
+        PACKAGE.parent / relative / "__init__.py").exists()
+
+
+def _type_checking_only(tree):
+    """The nodes under ``if TYPE_CHECKING:``, which never run."""
+    return {id(inner) for node in ast.walk(tree) if isinstance(node, ast.If)
+            and getattr(node.test, "id", None) == "TYPE_CHECKING"
+            for statement in node.body for inner in ast.walk(statement)}
+
+
+def _imported_modules(path):
+    """The keras_vit modules ``path`` imports, at module level or inside a function."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text())
+    skipped = _type_checking_only(tree)
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names if alias.name.startswith("keras_vit"))
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{anchor}.{base}".rstrip(".")
+            if base.split(".")[0] != "keras_vit":
+                continue
+            for alias in node.names:
+                yield f"{base}.{alias.name}" if _is_module(f"{base}.{alias.name}") else base
+
+
+def _circles(graph):
+    """Every set of modules that import one another in a loop (Tarjan's strongly connected
+    components of more than one module, or a module importing itself)."""
+    index, low, stack, found = {}, {}, [], []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in graph.get(node, ()):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while not component or component[-1] != node:
+                component.append(stack.pop())
+            if len(component) > 1 or node in graph.get(node, ()):
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_module_imports_itself_through_others():
+    # The rooms' order leaves loops inside one room free; a loop of modules (a lazy import in a
+    # function included) still means two modules that cannot be read, or changed, one at a time.
+    graph = {_module_name(path): set(_imported_modules(path))
+             for path in sorted(PACKAGE.rglob("*.py"))}
+    assert _circles(graph) == []

@@ -55,7 +55,7 @@ def _every_registration():
 
 
 def test_the_table_names_every_registered_class_and_its_module():
-    table = {f"keras_vit>{name}": module for module, names in _registration.CLASSES.items()
+    table = {f"keras_vit>{name}": module for module, names in _registration.classes().items()
              for name in names}
     assert _every_registration() == table
 

@@ -239,12 +239,6 @@ def _prepare_vit(config, head_keys, pre_logits_keys, num_classes, drop_pre_logit
     return config.replace(**changes, **head_settings), skip
 
 
-def model_options(overrides):
-    """Take the model's own keyword arguments (``name``, ``dtype``), which no description holds,
-    out of a loader's ``overrides``."""
-    return {key: overrides.pop(key) for key in ("name", "dtype") if key in overrides}
-
-
 def resize_posemb_tensor(tensors, key, config, file_grid=None):
     """Resize the file's position embedding from its grid to the one ``config`` (a ``ViTConfig``)
     learns at (official fine-tuning).

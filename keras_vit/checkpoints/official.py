@@ -18,7 +18,6 @@ from keras_vit.checkpoints.base import (
     Entry,
     assign,
     export,
-    model_options,
     prepare_config,
     resize_posemb_tensor,
     write_atomically,
@@ -26,6 +25,7 @@ from keras_vit.checkpoints.base import (
 from keras_vit.checkpoints.capabilities import check_expressible
 from keras_vit.layers.encoder import EncoderConfig
 from keras_vit.layers.position import table_grid
+from keras_vit.models.base import model_keywords
 from keras_vit.models.description import Head, Patches, Stem, ViTConfig
 from keras_vit.models.resnet_v2 import ResNetV2
 from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
@@ -311,7 +311,7 @@ def load(path, *, image_size=None, num_classes=None, drop_pre_logits=False, pose
             raise ValueError("posemb_grid is the grid of a ViT's position embedding; this BiT "
                              "file has none: leave posemb_grid out.")
         infer = functools.partial(infer, posemb_grid=posemb_grid)
-    options = {} if model_class is ResNetV2 else model_options(overrides)
+    options = {} if model_class is ResNetV2 else model_keywords(overrides)
     config, skip = prepare_config(
         infer(tensors), tensors, HEAD_KEYS, PRE_LOGITS_KEYS, num_classes=num_classes,
         drop_pre_logits=drop_pre_logits, image_size=image_size, overrides=overrides,

@@ -36,7 +36,6 @@ from keras_vit.checkpoints.base import (
     Entry,
     assign,
     export,
-    model_options,
     prepare_config,
     resize_posemb_tensor,
     torch_conv_kernel,
@@ -48,6 +47,7 @@ from keras_vit.checkpoints.official import build_vit
 from keras_vit.layers.encoder import EncoderConfig
 from keras_vit.layers.position import table_grid
 from keras_vit.layers.resnet import ROOT_WIDTH, plain_number
+from keras_vit.models.base import model_keywords
 from keras_vit.models.description import Head, Patches, Stem, ViTConfig
 from keras_vit.models.resnet_v2 import ResNetV2
 
@@ -389,7 +389,7 @@ def load(path, *, image_size=None, num_classes=None, num_heads=None, posemb_grid
             "Not a timm ViT, hybrid or BiT state dict: it has neither 'patch_embed.proj.weight' "
             f"nor 'stem.conv.weight' (first keys: {sample})."
         )
-    options = {} if isinstance(config, dict) else model_options(overrides)
+    options = {} if isinstance(config, dict) else model_keywords(overrides)
     config, skip = prepare_config(config, tensors, head_keys, (), num_classes=num_classes,
                                   image_size=image_size, overrides=overrides)
     if isinstance(config, dict):

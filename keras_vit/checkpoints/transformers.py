@@ -34,7 +34,6 @@ from keras_vit.checkpoints.base import (
     Entry,
     assign,
     export,
-    model_options,
     prepare_config,
     resize_posemb_tensor,
     torch_conv_kernel,
@@ -49,6 +48,7 @@ from keras_vit.checkpoints.capabilities import (
 from keras_vit.checkpoints.official import build_vit
 from keras_vit.checkpoints.timm import read_state_dict
 from keras_vit.layers.encoder import EncoderConfig
+from keras_vit.models.base import model_keywords
 from keras_vit.models.description import Head, Patches, ViTConfig
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -230,7 +230,7 @@ def load(path, *, image_size=None, num_classes=None, drop_pre_logits=False, **ov
                 tensors.setdefault(key, np.zeros(config.encoder.hidden_size, "float32"))
     head = {"classifier.weight", "classifier.bias"}
     pooler = {f"{prefix}pooler.dense.weight", f"{prefix}pooler.dense.bias"}
-    options = model_options(overrides)
+    options = model_keywords(overrides)
     config, skip = prepare_config(config, tensors, head, pooler, num_classes=num_classes,
                                   drop_pre_logits=drop_pre_logits, image_size=image_size,
                                   overrides=overrides, representation_size=pooler_size(tensors))

@@ -13,9 +13,10 @@ import inspect
 
 import keras
 
+from keras_vit.checks import check_multiple, pair
 from keras_vit.layers.resnet import EXPANSION, check_units, plain_number, root_width, stage_strides
 from keras_vit.models.axial import AxialResNet
-from keras_vit.models.base import image_shape
+from keras_vit.models.base import model_keywords
 from keras_vit.models.description import ViTConfig
 from keras_vit.models.registry import parse
 from keras_vit.models.resnet_v2 import ResNetV2
@@ -25,9 +26,6 @@ from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
 # unless told otherwise (the defaults of ``keras_vit.create_model``).
 NAME_IMAGE_SIZE = 224
 NAME_NUM_CLASSES = 1000
-# Keywords a model takes besides its description, which do not change what is counted: the
-# model's name, its dtype policy (memory takes its dtype argument instead), Keras' trainable.
-MODEL_KEYWORDS = ("name", "dtype", "trainable")
 # An AxialUnit's attention projects its C channels to 2C with a 1x1 convolution: queries and
 # keys C/2 each, values C (Axial-DeepLab; keras_vit.layers.axial).
 AXIAL_PROJECTION_WIDTH = 2
@@ -52,7 +50,7 @@ class ResNetDescription:
         object.__setattr__(self, "block_units", units)
         object.__setattr__(self, "width_factor", plain_number(self.width_factor))
         if self.image_size is not None:
-            object.__setattr__(self, "image_size", image_shape(self.image_size))
+            object.__setattr__(self, "image_size", pair("image_size", self.image_size))
 
     stride = 1  # a ResNet has no patches to align an image with
 
@@ -116,7 +114,7 @@ def check_size(description, image_size, label, what="flops"):
         raise ValueError(
             f"{label} takes any image size; pass {what}(model, image_size=...) to count one."
         )
-    height, width = image_shape(size)
+    height, width = pair("image_size", size)
     stride = description.stride
     for name, side in (("height", height), ("width", width)):
         if side < stride:
@@ -124,11 +122,7 @@ def check_size(description, image_size, label, what="flops"):
                 f"The image {name} ({side}) is smaller than one patch ({stride} pixels with the "
                 "stem); use a larger image or a smaller patch size."
             )
-        if side % stride:
-            raise ValueError(
-                f"The image {name} ({side}) is not a multiple of the model's stride ({stride}); "
-                f"use a multiple of {stride}, e.g. {side // stride * stride or stride}."
-            )
+    check_multiple((height, width), stride, unit="model's stride")
     return height, width
 
 
@@ -154,8 +148,8 @@ def describe_name(name, image_size=None, overrides=None, what="flops"):
     """The description of a registered name as ``create_model(name, image_size=...,
     **overrides)`` would build it (224 px and 1,000 classes unless told): a ``ViTConfig`` or a
     ``ResNetDescription``. Nothing is built."""
-    overrides = {key: value for key, value in (overrides or {}).items()
-                 if key not in MODEL_KEYWORDS}
+    overrides = dict(overrides or {})
+    model_keywords(overrides)  # the name, dtype and trainable count nothing (memory takes dtype)
     size = NAME_IMAGE_SIZE if image_size is None else image_size
     num_classes = overrides.pop("num_classes", NAME_NUM_CLASSES)
     _, model_class, config = parse(name)

@@ -7,6 +7,7 @@ Example (ViT-B/16 at 384 px, the published fine-tune, on one 16 GiB TPU v5e chip
 18
 """
 
+from keras_vit.checks import positive_int
 from keras_vit.costs.architecture import describe_name, label
 from keras_vit.costs.memory import GIB, memory
 
@@ -90,8 +91,7 @@ def plan_batch(model, image_size, batch_size, memory_gib, *, devices=1, dtype=No
     >>> plan_batch("ViT-B/16", 384, 512, 16, devices=8, dtype="mixed_bfloat16")
     {'micro_batch': 128, 'accumulation': 4, 'per_device': 16}
     """
-    if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
-        raise ValueError(f"The batch size must be a positive integer, got {batch_size!r}.")
+    batch_size = positive_int("The batch size", batch_size)
     if int(devices) < 1:
         raise ValueError(f"devices must be at least 1, got {devices!r}.")
     batch, devices = int(batch_size), int(devices)

@@ -18,6 +18,7 @@ import math
 import keras
 import numpy as np
 
+from keras_vit.checks import positive_int
 from keras_vit.data import preprocessing
 
 
@@ -63,10 +64,7 @@ def take_per_class(examples, examples_per_class, num_classes, *, seed=0):
     >>> sorted(take_per_class(ds, 2, 3).labels.tolist())
     [0, 0, 1, 1, 2, 2]
     """
-    k = int(examples_per_class)
-    if k < 1 or k != examples_per_class:
-        raise ValueError(
-            f"examples_per_class must be a positive integer, got {examples_per_class!r}.")
+    k = positive_int("examples_per_class", examples_per_class)
     order = np.random.default_rng(seed).permutation(len(examples))
     labels = examples.labels[order]
     rank = np.zeros(len(order), np.int64)  # how many earlier examples share the label

@@ -18,7 +18,7 @@ size reads the grid of the images it is given) and reads the backbone.
 import keras
 import numpy as np
 
-from keras_vit.models.base import image_shape
+from keras_vit.checks import pair
 from keras_vit.models.description import ViTConfig
 from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
 
@@ -80,7 +80,7 @@ def _grid(config, image_size):
         if config.grid is None:
             raise ValueError("This model takes any image size; pass image_size=... for the grid.")
         return config.grid
-    sides = image_shape(image_size)
+    sides = pair("image_size", image_size)
     config.check_input(sides)
     return tuple(side // config.stride for side in sides)
 
@@ -276,7 +276,7 @@ def rollout_to_image(rollout, image_size, normalize=True):
         raise ValueError(
             f"Expected rollout maps of shape (batch, rows, cols) or (rows, cols), got {maps.shape}."
         )
-    height, width = image_shape(image_size)
+    height, width = pair("image_size", image_size)
     resized = keras.ops.image.resize(
         maps[..., None], (height, width), interpolation="bilinear", data_format="channels_last"
     )

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 import numpy as np
 
 from keras_vit import _optional
+from keras_vit.checks import pair
 from keras_vit.inspection.attention import rollout_to_image
 from keras_vit.inspection.embeddings import FilterComponents, check_similarity
-from keras_vit.models.base import image_shape
 
 
 def _new_figure(figsize):
@@ -210,7 +210,7 @@ def plot_mean_attention_distance(distances, image_size=None, title=None, uniform
     _depth_axis(axis, layers)
     axis.set_ylabel("Mean attention distance (pixels)")
     if image_size is not None:
-        height, width = image_shape(image_size)
+        height, width = pair("image_size", image_size)
         axis.set_ylim(0, float(np.hypot(height, width)))
     else:
         axis.set_ylim(bottom=0)

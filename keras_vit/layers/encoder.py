@@ -22,6 +22,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_vit.checks import positive_int
 from keras_vit.layers.attention import (
     AxialAttention,
     MultiHeadSelfAttention,
@@ -151,12 +152,8 @@ class EncoderConfig(Settings):
 
     def __post_init__(self):
         for name in ("num_layers", "num_heads", "mlp_dim", "hidden_size"):
-            value = getattr(self, name)
-            if value is None and name == "hidden_size":
-                continue
-            if isinstance(value, bool) or value is None or int(value) != value or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
-            object.__setattr__(self, name, int(value))
+            object.__setattr__(self, name, positive_int(
+                name, getattr(self, name), optional=name == "hidden_size"))
         for name in ("dropout_rate", "attention_dropout_rate"):
             if not 0.0 <= float(getattr(self, name)) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)!r}.")

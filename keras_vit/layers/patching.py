@@ -10,16 +10,7 @@ teaching and for the test that proves the two are the same.
 import keras
 from keras import ops
 
-
-def _check_divisible(height, width, patch_size, what="image"):
-    for side, value in (("height", height), ("width", width)):
-        if value is not None and value % patch_size:
-            raise ValueError(
-                f"The {what} {side} ({value}) is not a multiple of the patch size ({patch_size}). "
-                f"Resize or crop the input to a multiple of {patch_size} "
-                f"(e.g. {max(patch_size, value // patch_size * patch_size)}), "
-                "or choose a patch size that divides it."
-            )
+from keras_vit.checks import check_multiple
 
 
 def patchify(images, patch_size):
@@ -38,7 +29,7 @@ def patchify(images, patch_size):
     if len(images.shape) != 4:
         raise ValueError(f"patchify expects NHWC images of rank 4, got shape {images.shape}.")
     _, height, width, channels = images.shape
-    _check_divisible(height, width, patch_size)
+    check_multiple((height, width), patch_size, unit="patch size")
     rows, cols = height // patch_size, width // patch_size
     x = ops.reshape(images, (-1, rows, patch_size, cols, patch_size, channels))
     x = ops.transpose(x, (0, 1, 3, 2, 4, 5))
@@ -85,7 +76,7 @@ class PatchEmbedding(keras.layers.Layer):
             raise ValueError(
                 f"PatchEmbedding expects NHWC inputs of rank 4, got shape {tuple(input_shape)}."
             )
-        _check_divisible(input_shape[1], input_shape[2], self.patch_size, what="input")
+        check_multiple(input_shape[1:3], self.patch_size, what="input", unit="patch size")
         self.conv.build(input_shape)
 
     def call(self, inputs):

@@ -28,6 +28,8 @@ import numpy as np
 import scipy.ndimage
 from keras import ops
 
+from keras_vit.checks import pair
+
 POSITION_EMBEDDINGS = ("learned_1d", "learned_2d", "relative", "none")
 PLACEMENTS = ("stem", "every_layer", "every_layer_shared")
 
@@ -74,15 +76,7 @@ class AddPositionEmbedding(keras.layers.Layer):
 
 
 def _grid_shape(grid, name="grid_size"):
-    if isinstance(grid, (tuple, list)) and len(grid) == 2:
-        rows, cols = (int(v) for v in grid)
-    elif isinstance(grid, (int, np.integer)):
-        rows = cols = int(grid)
-    else:
-        raise ValueError(f"{name} must be an int or a (rows, cols) pair, got {grid!r}.")
-    if rows < 1 or cols < 1:
-        raise ValueError(f"{name} must be positive, got {grid!r}.")
-    return rows, cols
+    return pair(name, grid, sides=("rows", "cols"))
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

@@ -9,6 +9,7 @@ file; asking for an official, timm or transformers file of one is an error.
 
 import keras
 
+from keras_vit.checks import pair, positive_int
 from keras_vit.layers.axial import AxialUnit
 from keras_vit.layers.resnet import HybridStem, check_units, plain_number, stage_strides
 from keras_vit.models import base
@@ -19,9 +20,6 @@ __all__ = ["AxialResNet", "is_axial"]
 def axial_resnet_arguments(block_units, width_factor, num_heads, num_classes, image_size,
                            num_channels, head_kernel_initializer, head_bias_init):
     """Check ``AxialResNet``'s arguments and return them normalised (its config)."""
-    base.check_positive(num_heads=num_heads, num_channels=num_channels)
-    if num_classes is not None:
-        base.check_positive(num_classes=num_classes)
     if image_size is None:
         raise ValueError(
             "AxialResNet needs a fixed image_size: its relative position embeddings are sized "
@@ -29,9 +27,10 @@ def axial_resnet_arguments(block_units, width_factor, num_heads, num_classes, im
         )
     return dict(
         block_units=check_units(block_units, "block_units", allow_empty=False),
-        width_factor=plain_number(width_factor), num_heads=int(num_heads),
-        num_classes=base.optional_int(num_classes), image_size=base.image_shape(image_size),
-        num_channels=int(num_channels),
+        width_factor=plain_number(width_factor), num_heads=positive_int("num_heads", num_heads),
+        num_classes=positive_int("num_classes", num_classes, optional=True),
+        image_size=pair("image_size", image_size),
+        num_channels=positive_int("num_channels", num_channels),
         head_kernel_initializer=keras.initializers.serialize(
             keras.initializers.get(head_kernel_initializer)),
         head_bias_init=float(head_bias_init),
@@ -81,8 +80,7 @@ class AxialResNet(base.ConfiguredModel):
                               dtype=dtype, name=f"block{s + 1}_unit{u + 1}")(x)
         x = keras.layers.GlobalAveragePooling2D(dtype=dtype, name="pool")(x)
         if num_classes is not None:
-            x = base.head(num_classes, head_kernel_initializer, head_bias_init,
-                          base.float32_output_dtype(dtype))(x)
+            x = base.class_layer(num_classes, head_kernel_initializer, head_bias_init, dtype)(x)
         super().__init__(inputs=inputs, outputs=x, name=name, arguments=args, dtype=dtype,
                          **kwargs)
 

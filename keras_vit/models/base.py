@@ -1,4 +1,5 @@
-"""What every keras_vit model shares: argument checks and a config that is its arguments.
+"""What every keras_vit model shares: its dtype policy, quantization, the class layer, and a
+config that is its arguments.
 
 A model's constructor arguments are its configuration (docs/architecture.md): ``ConfiguredModel``
 keeps the normalised arguments a subclass hands it and returns exactly them from ``get_config``,
@@ -9,31 +10,15 @@ import keras
 
 from keras_vit.models import quantization
 
-
-def image_shape(image_size):
-    """``(height, width)`` from an int or a pair (each side a positive int)."""
-    if isinstance(image_size, (tuple, list)):
-        if len(image_size) != 2:
-            raise ValueError(
-                f"image_size must be an int or a (height, width) pair, got {image_size!r}."
-            )
-        height, width = int(image_size[0]), int(image_size[1])
-    else:
-        height = width = int(image_size)
-    if height < 1 or width < 1:
-        raise ValueError(f"image_size must be positive, got {image_size!r}.")
-    return height, width
+# The keywords every model takes besides its description, the common part of its get_config
+# (``QuantizableModel.base_config``); any other keyword is a setting of the description.
+MODEL_KEYWORDS = ("name", "trainable", "dtype")
 
 
-def check_positive(**values):
-    """Raise a ``ValueError`` naming the first argument that is not a positive integer."""
-    for name, value in values.items():
-        if value is None or int(value) < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}.")
-
-
-def optional_int(value):
-    return None if value is None else int(value)
+def model_keywords(keywords):
+    """Take the model's own keywords (``MODEL_KEYWORDS``) out of the dict ``keywords`` and
+    return them; what stays is the description's."""
+    return {key: keywords.pop(key) for key in MODEL_KEYWORDS if key in keywords}
 
 
 def float32_output_dtype(dtype):
@@ -51,13 +36,15 @@ def float32_output_dtype(dtype):
     return dtype
 
 
-def head(num_classes, kernel_initializer, bias_init, dtype):
-    """The classification head: Dense(num_classes), zero kernel and constant bias by default."""
+def class_layer(num_classes, kernel_initializer, bias_init, dtype):
+    """The class layer of a head (paper Sec. 3.1): Dense(num_classes) named ``head``, as the
+    official code names it, with a constant bias (zero kernel by default, Sec. 3.2); its
+    ``dtype`` is float32 under a mixed policy (``float32_output_dtype``)."""
     return keras.layers.Dense(
         num_classes,
         kernel_initializer=kernel_initializer,
         bias_initializer=keras.initializers.Constant(bias_init),
-        dtype=dtype,
+        dtype=float32_output_dtype(dtype),
         name="head",
     )
 
@@ -87,7 +74,8 @@ class QuantizableModel(keras.Model):
                          **kwargs)
 
     def base_config(self):
-        """The name, trainability and dtype policy (a quantized model's map included)."""
+        """``MODEL_KEYWORDS``: the name, trainability and dtype policy (a quantized model's map
+        included)."""
         return {"name": self.name, "trainable": self.trainable,
                 "dtype": keras.dtype_policies.serialize(quantization.policy_for_config(self))}
 

@@ -20,28 +20,11 @@ import dataclasses
 
 import keras
 
+from keras_vit.checks import check_multiple, pair, positive_int
 from keras_vit.layers.encoder import EncoderConfig, Settings
 from keras_vit.layers.resnet import check_units, hybrid_stride, plain_number, root_width
 
 __all__ = ["EncoderConfig", "Head", "Patches", "Stem", "ViTConfig"]
-
-
-def _positive(name, value, optional=False):
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or value is None or int(value) != value or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
-    return int(value)
-
-
-def _pair(name, value, optional=True):
-    """``(height, width)`` of an int or a pair of positive ints (None when optional)."""
-    if value is None and optional:
-        return None
-    pair = tuple(value) if isinstance(value, (tuple, list)) else (value, value)
-    if len(pair) != 2:
-        raise ValueError(f"{name} must be an int or a (height, width) pair, got {value!r}.")
-    return (_positive(name, pair[0]), _positive(name, pair[1]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,8 +61,8 @@ class Patches(Settings):
     num_channels: int = 3
 
     def __post_init__(self):
-        object.__setattr__(self, "patch_size", _positive("patch_size", self.patch_size))
-        object.__setattr__(self, "num_channels", _positive("num_channels", self.num_channels))
+        object.__setattr__(self, "patch_size", positive_int("patch_size", self.patch_size))
+        object.__setattr__(self, "num_channels", positive_int("num_channels", self.num_channels))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,8 +78,8 @@ class Head(Settings):
     bias_init: float = 0.0
 
     def __post_init__(self):
-        object.__setattr__(self, "num_classes", _positive("num_classes", self.num_classes))
-        object.__setattr__(self, "representation_size", _positive(
+        object.__setattr__(self, "num_classes", positive_int("num_classes", self.num_classes))
+        object.__setattr__(self, "representation_size", positive_int(
             "representation_size", self.representation_size, optional=True))
         initializer = keras.initializers.get(self.kernel_initializer)  # refuses unknown names
         if not isinstance(self.kernel_initializer, (str, dict)):
@@ -148,9 +131,10 @@ class ViTConfig(Settings):
             raise TypeError("ViTConfig needs patches and encoder sections.")
         if self.encoder.hidden_size is None:
             raise ValueError("A ViT needs the encoder's hidden_size (the token width D).")
-        object.__setattr__(self, "image_size", _pair("image_size", self.image_size))
-        grid = _pair("position_embedding_grid", self.position_embedding_grid)
-        self._check_sides(self.image_size or (None, None), "image")
+        object.__setattr__(self, "image_size", pair("image_size", self.image_size, optional=True))
+        grid = pair("position_embedding_grid", self.position_embedding_grid, optional=True,
+                    sides=("rows", "cols"))
+        self.check_input(self.image_size or (None, None), "image")
         object.__setattr__(self, "position_embedding_grid", None if grid == self.grid else grid)
         if self.image_size is None and grid is None and (
                 self.encoder.position_embedding != "none"):
@@ -176,19 +160,11 @@ class ViTConfig(Settings):
         """The grid the position tables are learned at."""
         return self.position_embedding_grid or self.grid or (1, 1)
 
-    def _check_sides(self, sides, what):
-        for side_name, side in zip(("height", "width"), sides):
-            if side is not None and side % self.stride:
-                unit = ("patch size times the ResNet stem stride" if self.stem is not None
-                        else "patch size")
-                raise ValueError(
-                    f"The {what} {side_name} ({side}) is not a multiple of the {unit} "
-                    f"({self.stride}). Use a size that divides by {self.stride}, e.g. "
-                    f"{max(self.stride, round(side / self.stride) * self.stride)}.")
-
-    def check_input(self, sides):
-        """Refuse an input whose sides the stride does not divide (any-size models)."""
-        self._check_sides(sides, "input")
+    def check_input(self, sides, what="input"):
+        """Refuse a (height, width) whose sides the stride does not divide (an any-size model's
+        input, a new resolution); ``what`` names it in the error."""
+        unit = "patch size times the ResNet stem stride" if self.stem is not None else "patch size"
+        check_multiple(sides, self.stride, what=what, unit=unit)
 
     @classmethod
     def from_keywords(cls, **keywords):

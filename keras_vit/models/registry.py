@@ -27,6 +27,7 @@ import re
 
 from keras_vit.layers.encoder import EncoderConfig
 from keras_vit.models.axial import AxialResNet
+from keras_vit.models.base import model_keywords
 from keras_vit.models.description import Patches, Stem, ViTConfig
 from keras_vit.models.resnet_v2 import ResNetV2
 from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
@@ -108,8 +109,6 @@ FAMILIES = {
 }
 # Families without published weights: create_model(..., weights=...) refuses them.
 UNPUBLISHED = ("Axial-ViT", "AxialResNet")
-# Keyword arguments of the model object rather than of its description.
-MODEL_KEYWORDS = ("name", "dtype")
 _PATTERNS = {family: re.compile(pattern) for family, (pattern, _, _) in FAMILIES.items()}
 PUBLISHED = [name for _, _, names in FAMILIES.values() for name in names]
 _HINTS = ["ViT-Ti/4 (any ViT size with any patch size)", "BiT-R26x1 (any depth 26/50/101/152/200, "
@@ -177,7 +176,7 @@ def build_model(name, *, image_size=224, num_classes=1000, **overrides):
     """
     _, model_class, config = parse(name)
     if isinstance(config, ViTConfig):
-        model = {k: overrides.pop(k) for k in MODEL_KEYWORDS if k in overrides}
+        model = model_keywords(overrides)
         config = config.replace(image_size=image_size, num_classes=num_classes, **overrides)
         if config.head is None:
             return ViTBackbone(config, **model)

@@ -11,13 +11,13 @@ copied layer by layer, by the official layer names.
 import numpy as np
 import scipy.ndimage
 
+from keras_vit.checks import check_multiple, pair, positive_int
 from keras_vit.layers.encoder import Encoder
 from keras_vit.layers.position import (
     AddPositionEmbedding,
     AddPositionEmbedding2D,
     resize_position_embedding,
 )
-from keras_vit.models.base import image_shape
 from keras_vit.models.vit import DescribedModel
 
 
@@ -156,20 +156,11 @@ def resize_model(model, image_size):
     """
     if image_size is None:
         return _any_size(model)
-    height, width = image_shape(image_size)
+    height, width = pair("image_size", image_size)
     if not _described(model):  # a ResNet: convolutions take any size
         return rebuild(model, image_size=[height, width])
     config = model.config
-    for side in (height, width):
-        if side % config.stride:
-            lower = max(config.stride, side // config.stride * config.stride)
-            unit = ("patch size times the ResNet stride" if config.stem is not None
-                    else "patch size")
-            raise ValueError(
-                f"The resolution {side} is not a multiple of the model's stride "
-                f"{config.stride} (its {unit}). Use a multiple of {config.stride}, e.g. "
-                f"{lower} or {lower + config.stride}."
-            )
+    config.check_input((height, width), "new image")
     old = config.image_size or (height, width)
     if config.encoder.position_embedding == "relative" and (height, width) != old:
         raise ValueError(
@@ -238,9 +229,7 @@ def resize_patch_size(model, patch_size):
     >>> finer.config.patches.patch_size, finer.config.grid
     (4, (8, 8))
     """
-    patch_size = int(patch_size)
-    if patch_size < 1:
-        raise ValueError(f"patch_size must be a positive integer, got {patch_size}.")
+    patch_size = positive_int("patch_size", patch_size)
     if not _described(model):
         raise TypeError("resize_patch_size takes a ViTImageClassifier or a ViTBackbone, got "
                         f"{type(model).__name__}.")
@@ -253,12 +242,8 @@ def resize_patch_size(model, patch_size):
                     f"The patch size {patch_size} is larger than the image ({side} pixels"
                     f"{' / ' + str(stem) + ' after the ResNet stem' if stem > 1 else ''})."
                 )
-            if side % (patch_size * stem):
-                raise ValueError(
-                    f"The image side {side} is not a multiple of the new patch size "
-                    f"{patch_size}{' times the ResNet stride ' + str(stem) if stem > 1 else ''}; "
-                    "pick a patch size that divides it, or resize_model first."
-                )
+        unit = "new patch size" + (f" times the ResNet stem stride {stem}" if stem > 1 else "")
+        check_multiple(config.image_size, patch_size * stem, unit=unit)
     new = rebuild(model, skip=("embedding",), patch_size=patch_size)
     kernel, bias = model.get_layer("embedding").get_weights()
     new.get_layer("embedding").set_weights([pi_resize_kernel(kernel, patch_size), bias])

@@ -7,6 +7,7 @@ Transfer (Kolesnikov et al. 2020). Layers are named after the bit_jax modules (`
 
 import keras
 
+from keras_vit.checks import pair, positive_int
 from keras_vit.layers.resnet import (
     BiTRoot,
     ResNetStage,
@@ -63,12 +64,11 @@ class ResNetV2(base.ConfiguredModel):
     ):
         block_units = check_units(block_units, "block_units", allow_empty=False)
         width = root_width(width_factor)
-        base.check_positive(num_channels=num_channels)
-        if num_classes is not None:
-            base.check_positive(num_classes=num_classes)
-        sides = (None, None) if image_size is None else base.image_shape(image_size)
+        num_channels = positive_int("num_channels", num_channels)
+        num_classes = positive_int("num_classes", num_classes, optional=True)
+        sides = pair("image_size", image_size, optional=True) or (None, None)
 
-        inputs = keras.Input((*sides, int(num_channels)), name="images")
+        inputs = keras.Input((*sides, num_channels), name="images")
         x = BiTRoot(width, dtype=dtype, name="root_block")(inputs)
         for i, (units, strides) in enumerate(zip(block_units, stage_strides(len(block_units)))):
             x = ResNetStage(units, width * 2**i, strides, style="bit", dtype=dtype,
@@ -77,14 +77,13 @@ class ResNetV2(base.ConfiguredModel):
         x = keras.layers.ReLU(dtype=dtype, name="relu")(x)
         x = keras.layers.GlobalAveragePooling2D(dtype=dtype, name="pool")(x)
         if num_classes is not None:
-            x = base.head(num_classes, head_kernel_initializer, head_bias_init,
-                          base.float32_output_dtype(dtype))(x)
+            x = base.class_layer(num_classes, head_kernel_initializer, head_bias_init, dtype)(x)
         arguments = dict(
             block_units=block_units,
             width_factor=plain_number(width_factor),
-            num_classes=base.optional_int(num_classes),
+            num_classes=num_classes,
             image_size=None if image_size is None else sides,
-            num_channels=int(num_channels),
+            num_channels=num_channels,
             head_kernel_initializer=keras.initializers.serialize(
                 keras.initializers.get(head_kernel_initializer)
             ),

@@ -35,11 +35,10 @@ import zipfile
 import keras
 import numpy as np
 
+from keras_vit.models.base import MODEL_KEYWORDS
 from keras_vit.models.description import ViTConfig
-from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
 
 FLAT_CLASSES = ("VisionTransformer", "AxialVisionTransformer")  # the flat layout's ViT classes
-_MODEL_SETTINGS = ("name", "trainable", "dtype")  # a flat config's entries that are no ViTConfig's
 _ATTENTION = {"query": 0, "key": 2, "value": 4, "out": 6}  # first of (kernel, bias) in the old
 
 
@@ -178,7 +177,7 @@ def flat_config(class_name, config):
     config (its ``get_config``; ``name``, ``trainable`` and ``dtype`` are the model's own)."""
     if class_name not in FLAT_CLASSES:
         raise ValueError(f"{class_name!r} is not a class of the flat layout ({FLAT_CLASSES}).")
-    flat = {k: v for k, v in config.items() if k not in _MODEL_SETTINGS}
+    flat = {k: v for k, v in config.items() if k not in MODEL_KEYWORDS}
     flat["stem"] = flat.pop("resnet", None)
     if class_name == "AxialVisionTransformer":
         flat["axial"] = True
@@ -191,32 +190,46 @@ def flat_config(class_name, config):
     return ViTConfig.from_keywords(**flat)
 
 
-def _model_of(config):
-    """A model of today's code for a file's ``config.json`` (a flat ViT mapped onto a
-    ``ViTConfig``; any other class as the file names it)."""
+def today_config(config):
+    """A file's ``config.json`` in today's layout: a flat ViT's becomes the ``ViTConfig`` of a
+    ``ViTImageClassifier`` (a ``ViTBackbone`` without classes); any other is kept. Keras then
+    builds it by its registered name, as it does a file of today."""
+    config = {k: v for k, v in config.items() if k != "compile_config"}
     if config["class_name"] not in FLAT_CLASSES:
-        return keras.saving.deserialize_keras_object(config)
+        return config
     settings = config["config"]
     vit_config = flat_config(config["class_name"], settings)
-    own = {k: settings[k] for k in _MODEL_SETTINGS if k in settings}
-    model_class = ViTBackbone if vit_config.head is None else ViTImageClassifier
-    return model_class.from_config({**own, "config": vit_config.to_dict()})
+    class_name = "ViTBackbone" if vit_config.head is None else "ViTImageClassifier"
+    own = {k: settings[k] for k in MODEL_KEYWORDS if k in settings}
+    return {"module": "keras_vit.models.vit", "class_name": class_name,
+            "registered_name": f"keras_vit>{class_name}",
+            "config": {**own, "config": vit_config.to_dict()}}
+
+
+def _read_keras_file(path):
+    """``(config.json, {path: array} of model.weights.h5)`` of a ``.keras`` file, or a
+    ``ValueError`` naming the file when it is none."""
+    import h5py
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            config = json.loads(archive.read("config.json"))
+            with tempfile.TemporaryDirectory() as folder:
+                weights = archive.extract("model.weights.h5", folder)
+                with h5py.File(weights, "r") as f:
+                    return config, _datasets(f)
+    except (zipfile.BadZipFile, KeyError) as error:
+        raise ValueError(
+            f"{path} is not a .keras file (the zip archive model.save writes, holding "
+            "config.json and model.weights.h5), which is what keras_vit.models.upgrade "
+            "converts. For a .weights.h5 file build the model and call "
+            "keras_vit.models.upgrade.load_legacy_weights(model, path).") from error
 
 
 def load_legacy_model(path):
     """The model of a ``.keras`` file of an earlier layout, in today's layout (not compiled)."""
-    import h5py
-
-    from keras_vit.models import axial, resnet_v2  # noqa: F401  (the classes files name)
-
-    with zipfile.ZipFile(path) as archive:
-        config = json.loads(archive.read("config.json"))
-        with tempfile.TemporaryDirectory() as folder:
-            weights = archive.extract("model.weights.h5", folder)
-            with h5py.File(weights, "r") as f:
-                old = _datasets(f)
-    config.pop("compile_config", None)
-    model = _model_of(config)
+    config, old = _read_keras_file(path)
+    model = keras.saving.deserialize_keras_object(today_config(config))
     _assign(model, old)
     return model
 
@@ -238,24 +251,24 @@ class _FlatLayout:
     that names it raises an error naming the conversion, instead of Keras' "Could not locate
     class"."""
 
-    class_name = None
-
     @classmethod
     def from_config(cls, config):
         raise ValueError(
-            f"The file holds a keras_vit {cls.class_name} of an earlier layout (one flat config, "
+            f"The file holds a keras_vit {cls.__name__} of an earlier layout (one flat config, "
             "before ViTBackbone and ViTImageClassifier split it). Convert it once with "
             "keras_vit.models.upgrade.upgrade_keras_file('old.keras', 'new.keras') and load the "
             "new file (keras_vit.models.upgrade.load_legacy_model('old.keras') converts without "
             "writing one).")
 
-
-def _register_refusals():
-    """``keras_vit>VisionTransformer`` and ``keras_vit>AxialVisionTransformer`` name the
-    conversion (replacing keras_vit's stand-ins that import this module on first use)."""
-    for name in FLAT_CLASSES:
-        keras.saving.get_custom_objects()[f"keras_vit>{name}"] = type(
-            name, (_FlatLayout,), {"class_name": name, "__module__": __name__})
+    def get_config(self):  # Keras registers classes that have one; none is ever made
+        raise TypeError(f"{type(self).__name__} is an earlier layout's class, never built.")
 
 
-_register_refusals()
+@keras.saving.register_keras_serializable(package="keras_vit")
+class VisionTransformer(_FlatLayout):
+    """The flat layout's ViT (plain or hybrid): refused with the name of the conversion."""
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class AxialVisionTransformer(_FlatLayout):
+    """The flat layout's Axial-ViT: refused with the name of the conversion."""

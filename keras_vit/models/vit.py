@@ -21,7 +21,8 @@ from keras_vit.layers.encoder import Encoder
 from keras_vit.layers.patching import PatchEmbedding
 from keras_vit.layers.resnet import HybridStem
 from keras_vit.layers.tokens import TokenPooling
-from keras_vit.models.base import QuantizableModel, float32_output_dtype
+from keras_vit.models import upgrade
+from keras_vit.models.base import QuantizableModel, class_layer
 from keras_vit.models.description import Head, ViTConfig, _owner
 
 __all__ = ["ViTBackbone", "ViTImageClassifier", "describe"]
@@ -51,10 +52,7 @@ class DescribedModel(QuantizableModel):
     @classmethod
     def from_config(cls, config):
         config = cls.with_policy(config)
-        trainable = config.pop("trainable", True)
-        model = cls(config=ViTConfig.from_dict(config.pop("config")), **config)
-        model.trainable = trainable
-        return model
+        return cls(config=ViTConfig.from_dict(config.pop("config")), **config)
 
     def load_weights(self, filepath, *args, **kwargs):
         """``keras.Model.load_weights``; a file of an earlier keras_vit layout is refused with
@@ -63,9 +61,7 @@ class DescribedModel(QuantizableModel):
             return super().load_weights(filepath, *args, **kwargs)
         except ValueError:
             if str(filepath).endswith(".weights.h5"):
-                from keras_vit.models.upgrade import check_earlier_layout
-
-                check_earlier_layout(self, filepath)
+                upgrade.check_earlier_layout(self, filepath)
             raise
 
     def call(self, inputs, training=None, mask=None):
@@ -117,7 +113,8 @@ class ViTBackbone(DescribedModel):
     ((2, 50, 32), (2, 32))
     """
 
-    def __init__(self, config=None, *, name="vit_backbone", dtype=None, **keywords):
+    def __init__(self, config=None, *, name="vit_backbone", dtype=None, trainable=True,
+                 **keywords):
         config = describe(config, keywords).replace(head=None)
         stem = None
         if config.stem is not None:
@@ -132,7 +129,7 @@ class ViTBackbone(DescribedModel):
                                name="Transformer")(x)
         pooled = TokenPooling(config.encoder.classifier, dtype=dtype, name="pool")(tokens)
         super().__init__(inputs=inputs, outputs={"tokens": tokens, "pooled": pooled}, name=name,
-                         config=config, dtype=dtype)
+                         config=config, dtype=dtype, trainable=trainable)
         self._intermediates = None
 
     @property
@@ -236,7 +233,8 @@ class ViTImageClassifier(DescribedModel):
     (2, 3)
     """
 
-    def __init__(self, backbone=None, *, config=None, name="vit", dtype=None, **keywords):
+    def __init__(self, backbone=None, *, config=None, name="vit", dtype=None, trainable=True,
+                 **keywords):
         if backbone is None:
             config = describe(config, keywords)
             backbone = ViTBackbone(config, dtype=dtype, name="backbone")
@@ -251,11 +249,9 @@ class ViTImageClassifier(DescribedModel):
         if head.representation_size is not None:
             x = keras.layers.Dense(head.representation_size, activation="tanh", dtype=dtype,
                                    name="pre_logits")(x)
-        x = keras.layers.Dense(
-            head.num_classes, kernel_initializer=head.kernel_initializer,
-            bias_initializer=keras.initializers.Constant(head.bias_init),
-            dtype=float32_output_dtype(dtype), name="head")(x)
-        super().__init__(inputs=inputs, outputs=x, name=name, config=config, dtype=dtype)
+        x = class_layer(head.num_classes, head.kernel_initializer, head.bias_init, dtype)(x)
+        super().__init__(inputs=inputs, outputs=x, name=name, config=config, dtype=dtype,
+                         trainable=trainable)
         self.backbone = backbone
 
     def get_layer(self, name=None, index=None):

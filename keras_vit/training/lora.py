@@ -23,6 +23,8 @@ True
 
 import numpy as np
 
+from keras_vit.checks import positive_int
+
 TARGETS = {
     "qv": ("query", "value"),
     "all": ("query", "key", "value", "out", "qkv"),
@@ -74,8 +76,7 @@ def enable_lora(model, rank, targets="qv", alpha=None, trained_in_full=TRAINED_I
 
     Returns the model, changed in place: only the factors and ``trained_in_full`` train.
     """
-    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 1:
-        raise ValueError(f"The LoRA rank must be a positive integer, got {rank!r}.")
+    rank = positive_int("The LoRA rank", rank)
     layers = lora_layers(model, targets)
     _check_float(model)
     adapted = [layer.path for layer in layers if layer.lora_enabled]

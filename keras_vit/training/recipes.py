@@ -29,6 +29,7 @@ count, the head replaced by a zero-initialised Dense, often at a higher resoluti
 
 import keras
 
+from keras_vit.checks import positive_int
 from keras_vit.training.schedules import warmup_schedule
 
 
@@ -99,10 +100,7 @@ def finetuning_optimizer(total_steps, *, learning_rate=0.03, warmup_steps=500, d
     """
     from keras_vit.training.optimizers import AccumulatingSGD, TraceSGD
 
-    accumulation = int(gradient_accumulation_steps)
-    if accumulation < 1:
-        raise ValueError(f"gradient_accumulation_steps must be at least 1, got "
-                         f"{gradient_accumulation_steps}.")
+    accumulation = positive_int("gradient_accumulation_steps", gradient_accumulation_steps)
     options = dict(
         learning_rate=warmup_schedule(learning_rate, total_steps, warmup_steps, decay),
         momentum=momentum, global_clipnorm=global_clipnorm, use_ema=use_ema,

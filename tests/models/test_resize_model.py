@@ -57,9 +57,9 @@ def test_resized_model_round_trips_through_keras_file(tmp_path):
 
 def test_resize_errors():
     model = _tiny()
-    with pytest.raises(ValueError, match="not a multiple of the model's stride 4.*28 or 32"):
+    with pytest.raises(ValueError, match=r"height \(30\) is not a multiple of .* \(4\).*28 or 32"):
         keras_vit.resize_model(model, 30)
-    with pytest.raises(ValueError, match="resolution 18 is not a multiple .* 16 or 20"):
+    with pytest.raises(ValueError, match=r"new image width \(18\) is not a multiple .* 16 or 20"):
         keras_vit.resize_model(model, (16, 18))
     with pytest.raises(TypeError, match="no setting 'image_sise'"):
         rebuild(model, image_sise=32)

@@ -159,3 +159,15 @@ def test_conversion_refuses_a_file_of_another_model(tmp_path):
         model.load_weights(weights)
     with pytest.raises(ValueError, match="new name"):
         upgrade.upgrade_keras_file(old, old)
+
+
+def test_conversion_names_a_file_that_is_no_keras_file(tmp_path):
+    weights = str(tmp_path / "model.weights.h5")
+    keras_vit.ViTBackbone(image_size=8, patch_size=4, hidden_size=8, num_layers=1, num_heads=2,
+                          mlp_dim=16).save_weights(weights)
+    text = tmp_path / "notes.keras"
+    text.write_text("not a zip archive")
+    for path in (weights, str(text)):
+        with pytest.raises(ValueError,
+                           match=rf"{path} is not a \.keras file .*load_legacy_weights"):
+            upgrade.upgrade_keras_file(path, str(tmp_path / "new.keras"))

@@ -78,7 +78,7 @@ def test_finetuning_optimizer_settings():
     assert clone.gradient_accumulation_steps == 4 and clone.momentum == 0.9
     with pytest.raises(ValueError, match="momentum_form"):
         training.finetuning_optimizer(500, warmup_steps=10, momentum_form="nesterov")
-    with pytest.raises(ValueError, match="gradient_accumulation_steps must be at least 1"):
+    with pytest.raises(ValueError, match="gradient_accumulation_steps must be a positive integer"):
         training.finetuning_optimizer(500, warmup_steps=10, gradient_accumulation_steps=0)
 
 
@@ -140,7 +140,8 @@ def test_prepare_finetuning_at_a_new_resolution():
         for a, b in zip(model.get_layer(name).get_weights(), tuned.get_layer(name).get_weights()):
             np.testing.assert_array_equal(a, b)
     assert training.prepare_finetuning(model, 3, image_size=16).backbone is model.backbone
-    with pytest.raises(ValueError, match="not a multiple of the model's stride 4"):
+    with pytest.raises(ValueError,
+                       match=r"new image height \(30\) is not a multiple of the patch size"):
         training.prepare_finetuning(model, 3, image_size=30)
 
 
