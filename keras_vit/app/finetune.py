@@ -157,7 +157,8 @@ def finetune(config):
     log = run_files.EpochLog(run.run_dir, keep_existing=False)
     every = config.eval_every
     model.fit(train_ds, epochs=config.steps // every, steps_per_epoch=every * accumulation,
-              validation_data=test_ds, shuffle=False, callbacks=[log], verbose=config.verbose)
+              validation_data=test_ds, shuffle=False, callbacks=[log],
+              verbose=config.keras_verbose())
     if optimizer.use_ema:
         # With jax, fit's final swap leaves the averages sharing buffers with the model weights,
         # and the next jitted call frees them; fresh copies keep the optimizer saveable.
