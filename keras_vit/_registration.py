@@ -31,6 +31,7 @@ CLASSES = {
                                 "PreActivationUnit", "ResNetStage", "StandardizedConv2D"),
     "keras_vit.layers.tokens": ("ClassToken", "TokenPooling"),
     "keras_vit.models.axial": ("AxialResNet",),
+    "keras_vit.models.preprocessor": ("ImagePreprocessor",),
     "keras_vit.models.resnet_v2": ("ResNetV2",),
     "keras_vit.models.upgrade": ("AxialVisionTransformer", "VisionTransformer"),
     "keras_vit.models.vit": ("ViTBackbone", "ViTImageClassifier"),

@@ -24,7 +24,7 @@ import types
 import typing
 
 from keras_vit.data.preprocessing import TRAIN_AUGMENTATIONS
-from keras_vit.training.lora import TARGETS as LORA_TARGETS
+from keras_vit.models.lora import TARGETS as LORA_TARGETS
 from keras_vit.training.published import RECIPES, recipe
 from keras_vit.training.schedules import DECAYS
 

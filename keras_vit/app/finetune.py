@@ -13,8 +13,8 @@ from keras_vit.checkpoints import convert
 from keras_vit.costs.batches import plan_batch
 from keras_vit.costs.devices import device_memory_gib
 from keras_vit.distribution import check_batch_size
+from keras_vit.models import lora
 from keras_vit.models.resize import rebuild
-from keras_vit.training import lora
 from keras_vit.training.published import recipe
 from keras_vit.training.recipes import finetuning_optimizer, prepare_finetuning
 
