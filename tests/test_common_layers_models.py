@@ -20,7 +20,7 @@ from keras.backend import standardize_dtype
 import keras_vit
 from keras_vit import _registration
 from keras_vit.layers import attention, axial, encoder, patching, position, resnet, tokens
-from keras_vit.models import upgrade
+from keras_vit.models import preprocessor, upgrade
 from keras_vit.training import mpp, optimizers, schedules
 
 TINY_VIT = dict(image_size=8, patch_size=4, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=16,
@@ -147,6 +147,7 @@ NOT_LAYERS = {attention.FlatGlorotUniform: "tests/layers/test_attention_projecti
               schedules.WarmupLinearDecay: "tests/training/test_training_recipes.py",
               optimizers.TraceSGD: "tests/training/test_training_recipes.py",
               optimizers.AccumulatingSGD: "tests/training/test_training_recipes.py",
+              preprocessor.ImagePreprocessor: "tests/models/test_habits.py",
               **dict.fromkeys(upgrade._FlatLayout.__subclasses__(),
                               "tests/models/test_saved_files.py")}
 

@@ -19,11 +19,12 @@ Unknown train option 'epoch' (did you mean 'epochs'?)
 import dataclasses
 import difflib
 import numbers
+import sys
 import types
 import typing
 
 from keras_vit.data.preprocessing import TRAIN_AUGMENTATIONS
-from keras_vit.training.lora import TARGETS as LORA_TARGETS
+from keras_vit.models.lora import TARGETS as LORA_TARGETS
 from keras_vit.training.published import RECIPES, recipe
 from keras_vit.training.schedules import DECAYS
 
@@ -160,8 +161,25 @@ class PretrainingOptions(OptimizerOptions):
 @dataclasses.dataclass(kw_only=True)
 class OutputOptions(Config):
     output: str | None = option(None, "run folder (default runs/<command>-<dataset>-<model>)")
-    verbose: int = option(1, "Keras progress output: 0 silent, 1 bars, 2 one line per epoch",
-                          choices=(0, 1, 2))
+    verbose: int | None = option(None, "Keras progress output: 0 silent, 1 a bar redrawn every "
+                                 "step, 2 one line per epoch (default: 1 on a terminal, else 2)",
+                                 choices=(0, 1, 2))
+
+    def keras_verbose(self, stream=None):
+        """``fit``'s ``verbose``: the one given, else the bar on a terminal and one line per
+        epoch elsewhere (a file, CI, a notebook's saved output), where the bar's redraws would
+        be thousands of ``\\r``-joined, colour-coded updates and no epoch line.
+
+        >>> import io
+        >>> TrainConfig.from_dict({}).keras_verbose(io.StringIO())
+        2
+        >>> TrainConfig.from_dict({"verbose": 1}).keras_verbose(io.StringIO())
+        1
+        """
+        if self.verbose is not None:
+            return self.verbose
+        stream = sys.stdout if stream is None else stream
+        return 1 if getattr(stream, "isatty", lambda: False)() else 2
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -13,8 +13,8 @@ from keras_vit.checkpoints import convert
 from keras_vit.costs.batches import plan_batch
 from keras_vit.costs.devices import device_memory_gib
 from keras_vit.distribution import check_batch_size
+from keras_vit.models import lora
 from keras_vit.models.resize import rebuild
-from keras_vit.training import lora
 from keras_vit.training.published import recipe
 from keras_vit.training.recipes import finetuning_optimizer, prepare_finetuning
 
@@ -157,7 +157,8 @@ def finetune(config):
     log = run_files.EpochLog(run.run_dir, keep_existing=False)
     every = config.eval_every
     model.fit(train_ds, epochs=config.steps // every, steps_per_epoch=every * accumulation,
-              validation_data=test_ds, shuffle=False, callbacks=[log], verbose=config.verbose)
+              validation_data=test_ds, shuffle=False, callbacks=[log],
+              verbose=config.keras_verbose())
     if optimizer.use_ema:
         # With jax, fit's final swap leaves the averages sharing buffers with the model weights,
         # and the next jitted call frees them; fresh copies keep the optimizer saveable.

@@ -175,7 +175,7 @@ def train(config):
     model.fit(scratch.batches, epochs=epochs, steps_per_epoch=scratch.steps_per_epoch,
               shuffle=False, validation_data=test_ds if config.validate else None,
               validation_freq=_validation_epochs(epochs, config.validate_every),
-              callbacks=callbacks, verbose=config.verbose)
+              callbacks=callbacks, verbose=config.keras_verbose())
     metrics = runs.evaluate_model(model, test_ds)
     metrics.update(
         epochs_completed=len(log.records),
@@ -209,7 +209,7 @@ def pretrain_mpp(config):
     log = run_files.EpochLog(run.run_dir, keep_existing=False)
     # one endless iterator, as in ``train`` (a new one each epoch slows long jax runs down)
     model.fit(scratch.batches, epochs=config.epochs, steps_per_epoch=scratch.steps_per_epoch,
-              shuffle=False, callbacks=[log], verbose=config.verbose)
+              shuffle=False, callbacks=[log], verbose=config.keras_verbose())
     final_loss = log.records[-1].get("loss") if log.records else None
     return run.finish(model.encoder, {"test_accuracy": None, "final_loss": final_loss}, log,
                       title=f"masked patch prediction, {model_name} on {run.info.name}")

@@ -97,7 +97,7 @@ def check_float_weights(model, name):
     if any(getattr(layer, "lora_enabled", False) for layer in model._flatten_layers()):
         raise ValueError(
             f"This model carries LoRA factors, which the {name} format has no place for. Merge "
-            "them into the kernels first: keras_vit.training.lora.merge_lora(model)."
+            "them into the kernels first: keras_vit.models.lora.merge_lora(model)."
         )
 
 

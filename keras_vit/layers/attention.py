@@ -6,7 +6,7 @@ the official ``MultiHeadDotProductAttention`` tensors flattened: its (D, H, hd) 
 biases and (H, hd, D) output kernel are these reshaped (the checkpoint tables reshape). Being
 plain Keras layers, they are what ``model.quantize(mode)`` quantizes, and ``enable_lora(rank)``
 gives each the LoRA paper's rank-r update of the whole D x D matrix
-(``keras_vit.training.lora``).
+(``keras_vit.models.lora``).
 
 Two code paths give the same numbers:
 - the fast path projects q, k and v straight into (batch, N, H, hd) and calls

@@ -66,7 +66,7 @@ def check_float(model):
     if any(getattr(layer, "lora_enabled", False) for layer in layers):
         raise ValueError(
             "The model carries LoRA factors; merge them into the kernels before quantizing: "
-            "model = keras_vit.training.lora.merge_lora(model); model.quantize(mode).")
+            "model = keras_vit.models.lora.merge_lora(model); model.quantize(mode).")
 
 
 def checked(model, keras_quantize):

@@ -24,6 +24,7 @@ from keras_vit.layers.tokens import TokenPooling
 from keras_vit.models import upgrade
 from keras_vit.models.base import QuantizableModel, class_layer
 from keras_vit.models.description import Head, ViTConfig, _owner
+from keras_vit.models.habits import Backbone, Task
 
 __all__ = ["ViTBackbone", "ViTImageClassifier", "describe"]
 
@@ -86,7 +87,7 @@ class _Intermediates(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class ViTBackbone(DescribedModel):
+class ViTBackbone(Backbone, DescribedModel):
     """The Vision Transformer without its head: images to named outputs.
 
     Input: float NHWC images in [-1, 1] of shape (batch, *image_size, num_channels).
@@ -206,7 +207,7 @@ def _head_settings(backbone, config, keywords):
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class ViTImageClassifier(DescribedModel):
+class ViTImageClassifier(Task, DescribedModel):
     """A classification head on a ``ViTBackbone`` (paper Sec. 3.1): logits (batch, num_classes),
     float32 under a mixed policy.
 
@@ -217,6 +218,9 @@ class ViTImageClassifier(DescribedModel):
         **keywords: settings as ``ViTConfig.from_keywords`` takes them (with a backbone, only
             the head's: ``num_classes``, ``representation_size``, ``head_kernel_initializer``,
             ``head_bias_init``).
+        preprocessor: None (inputs already in [-1, 1] at the model's size), or an
+            ``ImagePreprocessor`` that ``predict``/``fit``/``evaluate`` run on raw images
+            (``keras_vit.models.habits``; ``from_preset`` attaches one).
 
     The head's kernel is zeros by default, as in the official code and the paper's fine-tuning
     (Sec. 3.2); ``representation_size`` adds the pre-training head's Dense + tanh hidden layer
@@ -233,8 +237,10 @@ class ViTImageClassifier(DescribedModel):
     (2, 3)
     """
 
+    backbone_cls = ViTBackbone
+
     def __init__(self, backbone=None, *, config=None, name="vit", dtype=None, trainable=True,
-                 **keywords):
+                 preprocessor=None, **keywords):
         if backbone is None:
             config = describe(config, keywords)
             backbone = ViTBackbone(config, dtype=dtype, name="backbone")
@@ -253,6 +259,7 @@ class ViTImageClassifier(DescribedModel):
         super().__init__(inputs=inputs, outputs=x, name=name, config=config, dtype=dtype,
                          trainable=trainable)
         self.backbone = backbone
+        self.preprocessor = preprocessor
 
     def get_layer(self, name=None, index=None):
         """A layer by name: the head's (``head``, ``pre_logits``) or the backbone's, the

@@ -135,7 +135,7 @@ def prepare_finetuning(model, num_classes, *, image_size=None, keep_pre_logits=F
     resolution (position embeddings interpolated, ``resize_model``: a new backbone). A ResNet
     gets its new zero head the same way, by its arguments. With ``lora_rank`` only the head and
     rank-``lora_rank`` LoRA factors of the attention projections (``lora_targets``: ``"qv"`` or
-    ``"all"``) train (``keras_vit.training.lora``; ``merge_lora`` afterwards gives a plain
+    ``"all"``) train (``keras_vit.models.lora``; ``merge_lora`` afterwards gives a plain
     model).
 
     Args:
@@ -168,7 +168,7 @@ def prepare_finetuning(model, num_classes, *, image_size=None, keep_pre_logits=F
     else:
         model = _new_resnet_head(model, int(num_classes))
     if lora_rank is not None:
-        from keras_vit.training.lora import enable_lora
+        from keras_vit.models.lora import enable_lora
 
         enable_lora(model, lora_rank, lora_targets)
     return model

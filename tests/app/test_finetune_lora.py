@@ -10,7 +10,7 @@ import pytest
 import keras_vit
 from conftest import fixture_path
 from keras_vit.app import cli, run_files
-from keras_vit.training import lora
+from keras_vit.models import lora
 from keras_vit.training.recipes import prepare_finetuning
 
 FILE = fixture_path("vit_tiny_token_norep.npz")

@@ -7,8 +7,7 @@ import pytest
 
 import keras_vit
 from conftest import installed
-from keras_vit.models import axial, resnet_v2, vit  # noqa: F401  (load_model)
-from keras_vit.training import lora
+from keras_vit.models import axial, lora, resnet_v2, vit  # noqa: F401  (load_model)
 
 TINY = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32,
             num_classes=3, head_kernel_initializer="glorot_uniform")
