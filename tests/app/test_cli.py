@@ -99,7 +99,7 @@ def test_finetune_resolution_must_be_a_multiple_of_the_patch(trained, capsys):
     args = ["finetune", os.path.join(trained, "model.keras"), "--image-size", "30",
             "--steps", "2", "--eval-every", "1", "--verbose", "0", "--output", "unused"]
     assert cli.main(args) == 1
-    assert "not a multiple of the model's stride 7" in capsys.readouterr().err
+    assert "not a multiple of the patch size (7)" in capsys.readouterr().err
 
 
 def test_bad_inputs(tmp_path, capsys, monkeypatch):
