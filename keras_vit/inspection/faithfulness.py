@@ -24,7 +24,7 @@ from keras_vit.inspection.attention import (
     attention_rollout,
     backbone_of,
 )
-from keras_vit.inspection.gradients import _check_model, relevancy
+from keras_vit.inspection.gradients import _check_model, logits, relevancy
 from keras_vit.models.vit import ViTImageClassifier
 
 EXPLANATIONS = ("attention", "rollout", "relevancy", "random")
@@ -170,8 +170,8 @@ def _curves(model, images, labels, maps, fractions, fill, batch_size):
     """({name: accuracy per fraction}, the same) for the positive and the negative order."""
 
     def accuracy(batch):
-        logits = model.predict(batch, batch_size=batch_size, verbose=0)
-        return float(np.mean(np.argmax(np.asarray(logits), axis=-1) == labels))
+        return float(np.mean(np.argmax(logits(model, batch, int(batch_size)), axis=-1)
+                             == labels))
 
     batch, rows, cols = next(iter(maps.values())).shape
     # the ends are shared by every order: computed once, they are exactly the same

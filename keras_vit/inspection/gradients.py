@@ -152,13 +152,22 @@ def relevancy_matrices(weighted):
     return relevance
 
 
+def logits(model, images, batch_size=32):
+    """The model's logits (float32 numpy), one direct call per batch: ``predict`` would shard a
+    batch over every device of a distribution, and refuse one the device count does not divide
+    (four photos on Kaggle's eight TPU cores)."""
+    return np.concatenate([
+        np.asarray(keras.ops.convert_to_numpy(model(images[start:start + batch_size],
+                                                    training=False)), np.float32)
+        for start in range(0, len(images), batch_size)])
+
+
 def class_indices(model, images, class_index, batch_size=32):
     """One class per image: the predicted one (``class_index`` None), or ``class_index`` (an int,
     or one per image) checked against the model's classes."""
     classes = model.config.head.num_classes
     if class_index is None:
-        logits = model.predict(images, batch_size=batch_size, verbose=0)
-        return np.argmax(np.asarray(logits), axis=-1)
+        return np.argmax(logits(model, images, int(batch_size)), axis=-1)
     chosen = np.asarray(class_index)
     if not np.issubdtype(chosen.dtype, np.integer) or chosen.ndim > 1 or (
             chosen.ndim == 1 and len(chosen) != len(images)):
