@@ -357,11 +357,8 @@ def plot_attention_rollout(images, rollout, value_range=(-1.0, 1.0), max_images=
     >>> [axis.get_title() for axis in fig.axes[:3]]
     ['Input', 'trained', 'untrained']
     """
-    pictures = _pictures(images, value_range)
-    maps = dict(rollout) if isinstance(rollout, dict) else {"Attention rollout": rollout}
-    if not maps:
-        raise ValueError("Expected rollout maps, got an empty dict.")
-    count = len(pictures) if max_images is None else max(1, min(int(max_images), len(pictures)))
+    pictures, maps, count = _images_and_maps(images, rollout, "Attention rollout", value_range,
+                                             max_images)
     heats = {label: _relative_heat(values, pictures, count) for label, values in maps.items()}
     top = float(vmax) if vmax is not None else max(
         max(float(heat.max()) for heat in heats.values()), 1.0)
@@ -375,6 +372,17 @@ def plot_attention_rollout(images, rollout, value_range=(-1.0, 1.0), max_images=
                        label="rollout / uniform share\n(cyan line: 1, uniform)")
     bar.ax.axhline(1.0, color="cyan", linewidth=2)
     return fig
+
+
+def _images_and_maps(images, maps, label, value_range, max_images):
+    """The pictures, the maps as ``{label: maps}`` (one array gets ``label``) and how many
+    images to draw, for the plots of maps beside their images."""
+    pictures = _pictures(images, value_range)
+    maps = dict(maps) if isinstance(maps, dict) else {label: maps}
+    if not maps:
+        raise ValueError("Expected maps to draw, got an empty dict.")
+    count = len(pictures) if max_images is None else max(1, min(int(max_images), len(pictures)))
+    return pictures, maps, count
 
 
 def plot_relevancy(images, maps, value_range=(-1.0, 1.0), max_images=None, titles=None):
@@ -400,11 +408,7 @@ def plot_relevancy(images, maps, value_range=(-1.0, 1.0), max_images=None, title
     >>> [axis.get_title() for axis in fig.axes[:3]]
     ['Input', 'rollout', 'relevancy']
     """
-    pictures = _pictures(images, value_range)
-    maps = dict(maps) if isinstance(maps, dict) else {"Relevancy": maps}
-    if not maps:
-        raise ValueError("Expected explanation maps, got an empty dict.")
-    count = len(pictures) if max_images is None else max(1, min(int(max_images), len(pictures)))
+    pictures, maps, count = _images_and_maps(images, maps, "Relevancy", value_range, max_images)
     heats = {}
     for label, values in maps.items():
         values = np.asarray(values, dtype=np.float64)
