@@ -11,7 +11,8 @@ gives each the LoRA paper's rank-r update of the whole D x D matrix
 Two code paths give the same numbers:
 - the fast path projects q, k and v straight into (batch, N, H, hd) and calls
   ``keras.ops.dot_product_attention`` with the kernel that ``attention_implementation`` picks
-  (see ``flash_attention_argument``);
+  (see ``flash_attention_argument``; a flash kernel trains an odd token count on one masked
+  token more, ``even_token_attention``);
 - the explicit path (attention dropout while training, and ``probabilities`` for inspection)
   forms the softmax probabilities A = softmax(q k^T / sqrt(hd)).
 
@@ -105,11 +106,44 @@ def _flash_refuses(query, has_bias, training):
     if has_bias:
         return ("the flash kernels take no additive logits bias, which relative position "
                 "embeddings add (Appendix D.4)")
-    if training and keras.backend.backend() == "jax" and (tokens is None or tokens % 2):
-        return (f"cuDNN's flash attention does not train on an odd or unknown number of tokens "
-                f"({tokens}: a class token makes 197 at 224 px); a 'gap' classifier gives an "
-                f"even count")
+    if training and keras.backend.backend() == "jax" and tokens is None:
+        return ("cuDNN's flash attention trains on a known token count, and this call's is "
+                "unknown (build the model for one image size)")
     return None
+
+
+def pads_for_flash(query, flash_attention, training):
+    """Whether this call runs on one token more (``even_token_attention``): jax, training, an
+    odd token count (a class token makes 197 at 224 px) and a flash kernel not ruled out.
+    cuDNN's flash backward refused 197 tokens on an H100 (docs/runtimes.md); jax's rule for it
+    is an even count wherever a mask or bias is added, as the padding's mask is."""
+    tokens = query.shape[1]
+    return (flash_attention is not False and bool(training) and tokens is not None
+            and tokens % 2 == 1 and keras.backend.backend() == "jax")
+
+
+def even_token_attention(query, key, value, flash_attention=None):
+    """``ops.dot_product_attention`` of (batch, N, H, hd) inputs with N odd, computed on N + 1
+    tokens: the extra token is all zeros, masked out as a key (no query attends to it) and its
+    own output row is dropped, so the result and its gradients are the unpadded ones exactly.
+
+    Example:
+    >>> import numpy as np
+    >>> q, k, v = np.random.default_rng(0).normal(size=(3, 1, 5, 2, 8)).astype("float32")
+    >>> padded = even_token_attention(q, k, v, flash_attention=False)
+    >>> plain = keras.ops.dot_product_attention(q, k, v)
+    >>> tuple(padded.shape), bool(np.allclose(padded, plain, atol=1e-6))
+    ((1, 5, 2, 8), True)
+    """
+    tokens = query.shape[1]
+    padding = [[0, 0], [0, 1], [0, 0], [0, 0]]
+    query, key, value = (ops.pad(t, padding) for t in (query, key, value))
+    # (1, 1, N + 1, N + 1), not (N + 1,): cuDNN takes a mask as a bias of the full logits shape
+    keys = ops.arange(tokens + 1) < tokens
+    mask = ops.broadcast_to(keys[None, None, None, :], (1, 1, tokens + 1, tokens + 1))
+    out = ops.dot_product_attention(query, key, value, mask=mask,
+                                    flash_attention=flash_attention)
+    return out[:, :tokens]
 
 
 def flash_attention_argument(implementation, query, bias=None, training=False):
@@ -301,6 +335,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         bias = None if bias is None else ops.cast(bias, q.dtype)
         flash = flash_attention_argument(self.attention_implementation, q, bias,
                                          training=bool(training))
+        if bias is None and pads_for_flash(q, flash, training):
+            return self._output(even_token_attention(q, k, v, flash_attention=flash))
         return self._output(ops.dot_product_attention(q, k, v, bias=bias, flash_attention=flash))
 
     def probabilities(self, inputs, bias=None):
