@@ -261,5 +261,6 @@ def test_a_model_trained_on_the_padded_attention_gets_the_same_gradients(monkeyp
     assert calls and all(shape[1] == 197 for shape in calls), calls
     # over all weights at once: the key biases' true gradient is 0 (softmax ignores a constant
     # shift of a query's logits), so theirs alone is rounding noise on either side
-    flat = [np.concatenate([np.ravel(_numpy(g)) for g in grads]) for grads in (through_padding, plain)]
+    flat = [np.concatenate([np.ravel(_numpy(g)) for g in grads])
+            for grads in (through_padding, plain)]
     assert _relative(*flat) < 1e-5
