@@ -20,6 +20,7 @@ gradient Keras leaves to its backends is taken in ``gradient``.
 import keras
 import numpy as np
 
+from keras_vit import distribution
 from keras_vit.inspection.attention import _check_images, _output_row, backbone_of
 from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
 
@@ -153,13 +154,10 @@ def relevancy_matrices(weighted):
 
 
 def logits(model, images, batch_size=32):
-    """The model's logits (float32 numpy), one direct call per batch: ``predict`` would shard a
-    batch over every device of a distribution, and refuse one the device count does not divide
-    (four photos on Kaggle's eight TPU cores)."""
-    return np.concatenate([
-        np.asarray(keras.ops.convert_to_numpy(model(images[start:start + batch_size],
-                                                    training=False)), np.float32)
-        for start in range(0, len(images), batch_size)])
+    """The model's logits (float32 numpy) by its compiled ``predict``, the images padded to a
+    multiple of the devices of a distribution (four photos on Kaggle's eight TPU cores): direct
+    calls would run op by op, each deletion step of ``perturbation_curves`` anew."""
+    return np.asarray(distribution.predict(model, images, batch_size=batch_size), np.float32)
 
 
 def class_indices(model, images, class_index, batch_size=32):
