@@ -27,8 +27,8 @@
 
 Each of these numbers is a named constant below. Not counted: dropout masks (ViT-L, ViT-H and
 R50+ViT-B/16 train with dropout 0.1), XLA's layout copies and scratch buffers, and the
-framework's own overhead. Flash attention keeps no N^2 matrix: the ``attention`` part is then
-an upper bound.
+framework's own overhead. Flash attention keeps no N^2 matrix: ``flash_attention=True``
+counts the ``attention`` part as 0.
 
 Agreement with XLA (``XLA_AGREEMENT``; ``python benchmarks/memory.py --xla``; the machine and
 versions in docs/any-size-and-compute.md): on eleven small random ViT, hybrid, BiT, Axial-ViT
@@ -36,9 +36,12 @@ and AxialResNet configurations at two batch sizes each, this count over what XLA
 for the compiled jax step (argument + output - alias + temp bytes) was 0.76-1.35 for training
 steps (ViTs 0.80-1.02, hybrids 1.23-1.35, BiT 1.06-1.15, Axial-ViTs 0.76-0.97, AxialResNets
 1.08-1.14) and 0.52-1.43 for inference (Axial-ViTs 0.52-1.09, AxialResNets 0.74-0.86).
-XLA:GPU and XLA:TPU fuse and lay out buffers differently from XLA:CPU; no GPU or TPU was
-measured, so treat the count as an estimate within about +-50 %, and leave a margin when you
-pick a batch. XLA:CPU did not shrink the step of a ``remat=True`` ViT at all (our remat count
+XLA:GPU and XLA:TPU fuse and lay out buffers differently from XLA:CPU. On one H200 (jax,
+mixed bfloat16, AdamW; docs/results.md) the count with ``flash_attention=True`` was 0.99-1.03
+of the measured peak of ViT-Ti/16, S/16 and B/16 training steps (batches 64-960); XLA's own
+attention at batch 960 peaked at 0.85 of the count with the matrices. No TPU was measured:
+treat the count as an estimate within about +-50 % there, and leave a margin when you pick a
+batch. XLA:CPU did not shrink the step of a ``remat=True`` ViT at all (our remat count
 was 0.42-0.44 of its allocation).
 
 Example (ViT-B/16 at 384 px, the published fine-tune):
@@ -55,6 +58,7 @@ from keras_vit.costs.architecture import (
     ceil_half,
     dtype_policy,
     is_vit,
+    label,
     read,
     resnet_units,
     root_output,
@@ -265,7 +269,7 @@ def _settings(description):
 
 
 def memory(model, image_size=None, batch_size=1, *, training=True, dtype=None, remat=None,
-           optimizer="sgd", **overrides):
+           optimizer="sgd", flash_attention=False, **overrides):
     """Peak device memory of one training (or inference) step, in bytes, with its parts.
 
     Counted from the architecture; see the module docstring for what each part holds and
@@ -286,6 +290,10 @@ def memory(model, image_size=None, batch_size=1, *, training=True, dtype=None, r
             model's own setting (off for a name).
         optimizer: ``"sgd"`` (with momentum, the fine-tuning recipe) or ``"adamw"``
             (pre-training).
+        flash_attention: the step runs a flash kernel (cuDNN on a GPU under mixed precision,
+            ``attention_implementation="auto"`` or ``"flash"``), which keeps no attention
+            matrix: the ``attention`` part is 0. Only for models whose attention adds no bias
+            (plain and hybrid ViTs with 1-D or 2-D position embeddings).
         **overrides: with a name, the arguments of ``create_model`` (``num_classes``...); with
             a ``ViTConfig``, the settings ``ViTConfig.replace`` takes.
 
@@ -305,6 +313,10 @@ def memory(model, image_size=None, batch_size=1, *, training=True, dtype=None, r
         raise ValueError(f"batch_size must be 0 or more, got {batch_size!r}.")
     _check_covered(model)
     description, height, width = read(model, image_size, overrides, "memory")
+    if flash_attention and not _flash_capable(description):
+        raise ValueError(f"flash_attention=True counts a ViT whose attention adds no bias; "
+                         f"{label(model)}'s attention is axial, adds relative-position logits or "
+                         f"is absent (a ResNet): count it with flash_attention=False.")
     policy = dtype_policy(model, dtype)
     model_remat, dropout_rate, num_classes, num_channels = _settings(description)
     remat = model_remat if remat is None else remat
@@ -321,8 +333,14 @@ def memory(model, image_size=None, batch_size=1, *, training=True, dtype=None, r
         "optimizer": OPTIMIZER_SLOTS[optimizer] * weights if training else 0,
         "inputs": batch_size * FLOAT32_BYTES * (height * width * num_channels + labels),
         "activations": batch_size * compute * elements,
-        "attention": batch_size * FLOAT32_BYTES * matrices,
+        "attention": 0 if flash_attention else batch_size * FLOAT32_BYTES * matrices,
     })
+
+
+def _flash_capable(description):
+    """Whether every attention of the described model may run a flash kernel (no bias)."""
+    return (isinstance(description, ViTConfig) and not description.encoder.axial
+            and description.encoder.position_embedding != "relative")
 
 
 def xla_memory(model, batch_size, *, training=True, optimizer="sgd"):
