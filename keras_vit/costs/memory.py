@@ -307,16 +307,8 @@ def memory(model, image_size=None, batch_size=1, *, training=True, dtype=None, r
     >>> round(large.parts["attention"] / small.parts["attention"], 1)
     15.9
     """
-    if optimizer not in OPTIMIZER_SLOTS:
-        raise ValueError(f"Unknown optimizer {optimizer!r}; use one of {sorted(OPTIMIZER_SLOTS)}.")
-    if int(batch_size) < 0:
-        raise ValueError(f"batch_size must be 0 or more, got {batch_size!r}.")
-    _check_covered(model)
-    description, height, width = read(model, image_size, overrides, "memory")
-    if flash_attention and not _flash_capable(description):
-        raise ValueError(f"flash_attention=True counts a ViT whose attention adds no bias; "
-                         f"{label(model)}'s attention is axial, adds relative-position logits or "
-                         f"is absent (a ResNet): count it with flash_attention=False.")
+    description, height, width = _read_checked(model, image_size, overrides, batch_size,
+                                               optimizer, flash_attention)
     policy = dtype_policy(model, dtype)
     model_remat, dropout_rate, num_classes, num_channels = _settings(description)
     remat = model_remat if remat is None else remat
@@ -335,6 +327,21 @@ def memory(model, image_size=None, batch_size=1, *, training=True, dtype=None, r
         "activations": batch_size * compute * elements,
         "attention": 0 if flash_attention else batch_size * FLOAT32_BYTES * matrices,
     })
+
+
+def _read_checked(model, image_size, overrides, batch_size, optimizer, flash_attention):
+    """``read``'s (description, height, width), after refusing what ``memory`` cannot count."""
+    if optimizer not in OPTIMIZER_SLOTS:
+        raise ValueError(f"Unknown optimizer {optimizer!r}; use one of {sorted(OPTIMIZER_SLOTS)}.")
+    if int(batch_size) < 0:
+        raise ValueError(f"batch_size must be 0 or more, got {batch_size!r}.")
+    _check_covered(model)
+    description, height, width = read(model, image_size, overrides, "memory")
+    if flash_attention and not _flash_capable(description):
+        raise ValueError(f"flash_attention=True counts a ViT whose attention adds no bias; "
+                         f"{label(model)}'s attention is axial, adds relative-position logits or "
+                         f"is absent (a ResNet): count it with flash_attention=False.")
+    return description, height, width
 
 
 def _flash_capable(description):
