@@ -860,7 +860,13 @@ def parse(argv=None):
                      "its memory and time), and at least 1 on a CPU")
     args.batch = args.batch or None  # a worker is passed 0 when the plan has not chosen yet
     args.batch_given = args.batch is not None
-    for key, value in SIZES[args.size].items():
+    return with_size_defaults(args, SIZES[args.size])
+
+
+def with_size_defaults(args, size):
+    """``args`` with every option left unset taken from ``size`` (one of a script's SIZES), and
+    the folder of ``--out`` made (by the orchestrator, not its workers)."""
+    for key, value in size.items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
     if args.worker is None and args.out:

@@ -562,12 +562,7 @@ def parse(argv=None):
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--index", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    for key, value in SIZES[args.size].items():
-        if getattr(args, key, None) is None:
-            setattr(args, key, value)
-    if args.worker is None and args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    return args
+    return gpu.with_size_defaults(args, SIZES[args.size])
 
 
 def main(argv=None):
