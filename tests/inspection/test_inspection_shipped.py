@@ -22,8 +22,9 @@ def test_shipped_model_has_the_documented_architecture_and_the_file_weights():
 
 
 def test_shipped_model_classifies_fashion_mnist_and_the_untrained_twin_does_not():
-    images, labels = data.as_arrays(data.load("fashion_mnist", "test", batch_size=256,
-                                              image_size=56, max_examples=256))
+    # 128 images: accuracy 0.6 is 77 of them, chance (a tenth) about 13
+    images, labels = data.as_arrays(data.load("fashion_mnist", "test", batch_size=128,
+                                              image_size=56, max_examples=128))
     truth = labels.argmax(axis=-1) if labels.ndim == 2 else labels
     trained = fashion_mnist_vit().predict(images, verbose=0).argmax(axis=-1)
     untrained = fashion_mnist_vit(trained=False).predict(images, verbose=0).argmax(axis=-1)
