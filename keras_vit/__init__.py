@@ -19,9 +19,12 @@ __version__ = "0.1.0"
 
 # Public name -> the module that defines it ("" for a subpackage of its own name).
 _ORIGINS = {
-    "AxialResNet": "keras_vit.models.axial",
+    "AxialResNetBackbone": "keras_vit.models.axial",
+    "AxialResNetImageClassifier": "keras_vit.models.axial",
     "PatchEmbedding": "keras_vit.layers.patching",
-    "ResNetV2": "keras_vit.models.resnet_v2",
+    "ResNetBackbone": "keras_vit.models.resnet_v2",
+    "ResNetConfig": "keras_vit.models.description",
+    "ResNetImageClassifier": "keras_vit.models.resnet_v2",
     "ViTBackbone": "keras_vit.models.vit",
     "ViTConfig": "keras_vit.models.description",
     "ViTImageClassifier": "keras_vit.models.vit",
@@ -43,9 +46,12 @@ _ORIGINS = {
 }
 
 __all__ = [
-    "AxialResNet",
+    "AxialResNetBackbone",
+    "AxialResNetImageClassifier",
     "PatchEmbedding",
-    "ResNetV2",
+    "ResNetBackbone",
+    "ResNetConfig",
+    "ResNetImageClassifier",
     "ViTBackbone",
     "ViTConfig",
     "ViTImageClassifier",
@@ -77,11 +83,11 @@ if TYPE_CHECKING:
     from keras_vit.costs.memory import memory
     from keras_vit.layers.patching import PatchEmbedding, patchify
     from keras_vit.layers.position import resize_position_embedding
-    from keras_vit.models.axial import AxialResNet
-    from keras_vit.models.description import ViTConfig
+    from keras_vit.models.axial import AxialResNetBackbone, AxialResNetImageClassifier
+    from keras_vit.models.description import ResNetConfig, ViTConfig
     from keras_vit.models.registry import model_names
     from keras_vit.models.resize import resize_model, resize_patch_size
-    from keras_vit.models.resnet_v2 import ResNetV2
+    from keras_vit.models.resnet_v2 import ResNetBackbone, ResNetImageClassifier
     from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
     from keras_vit.pretrained import create_model
 
@@ -89,9 +95,19 @@ _submodule, _submodule_names = _submodules.attribute_hook(__name__)
 _registration.watch()
 
 
+# Earlier names -> today's, for a clear error instead of a bare AttributeError.
+_RENAMED = {"ResNetV2": "ResNetImageClassifier (ResNetBackbone for num_classes=None)",
+            "AxialResNet": "AxialResNetImageClassifier (AxialResNetBackbone for num_classes=None)"}
+
+
 def __getattr__(name):
     import importlib
 
+    if name in _RENAMED:
+        raise AttributeError(
+            f"keras_vit.{name} is now keras_vit.{_RENAMED[name]}, with the same keyword "
+            "arguments; a .keras file saved with the old class converts once with "
+            "keras_vit.models.upgrade.upgrade_keras_file('old.keras', 'new.keras').")
     if name not in _ORIGINS:
         return _submodule(name)  # keras_vit.models, keras_vit.distribution, ... or AttributeError
     origin = _ORIGINS[name]

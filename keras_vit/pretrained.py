@@ -2,10 +2,8 @@
 (checkpoints). It lives above both, so that models import nothing from checkpoints."""
 
 from keras_vit.checkpoints.formats import load_checkpoint
-from keras_vit.layers.encoder import EncoderConfig
 from keras_vit.models import registry
 from keras_vit.models.base import MODEL_KEYWORDS
-from keras_vit.models.description import ViTConfig
 
 # Settings a fine-tuning or a file may change without changing the architecture.
 _FREE = (*MODEL_KEYWORDS, "num_classes", "representation_size", "dropout_rate",
@@ -46,20 +44,14 @@ def create_model(name, *, image_size=224, num_classes=1000, weights=None, **over
     # load_checkpoint's num_classes=None keeps the file's head; 0 leaves it out (a ViTBackbone)
     model = load_checkpoint(weights, image_size=image_size,
                             num_classes=0 if num_classes is None else num_classes, **overrides)
-    found = registry.family_of(model, model.get_config())
+    found = registry.family_of(model)
     if found != family:
         raise ValueError(
             f"The weights {weights!r} hold a {found} checkpoint, but {name!r} is a {family}. "
             f"Use create_model with a {found} name, or load_checkpoint(weights) to build whatever "
             "the file holds."
         )
-    if isinstance(expected, ViTConfig):
-        different = _vit_differences(model.config, expected, overrides)
-    else:
-        expected.update(overrides)
-        config = model.get_config()
-        different = {key: (config.get(key), _plain(value)) for key, value in expected.items()
-                     if key not in _FREE and config.get(key) != _plain(value)}
+    different = _differences(model.config, expected, overrides)
     if different:
         raise ValueError(
             f"The weights {weights!r} do not hold a {name} model; differing settings "
@@ -69,29 +61,29 @@ def create_model(name, *, image_size=224, num_classes=1000, weights=None, **over
     return model
 
 
-def _vit_differences(found, expected, overrides):
-    """``{setting: (file, name)}`` where the loaded ViT's stem, patches or encoder differ from
-    the name's (with ``overrides``); the head, the image size and the dropout rates are free."""
+# What a file's model may differ in from its name's: the head, the size, the dropout rates.
+_FREE_FIELDS = ("head", "image_size", "position_embedding_grid", "dropout_rate",
+                "attention_dropout_rate")
+
+
+def _differences(found, expected, overrides):
+    """``{setting: (file, name)}`` where the loaded model's description differs from the
+    name's (with ``overrides``), the settings of ``_FREE_FIELDS`` aside."""
     expected = expected.replace(**{k: v for k, v in overrides.items() if k not in _FREE})
-    expected = expected.replace(**{k: getattr(found.encoder, k) for k in _FREE
-                                   if k in EncoderConfig.field_names()})
-    different = {}
-    for section in ("stem", "patches", "encoder"):
-        file, named = getattr(found, section), getattr(expected, section)
-        if file is None or named is None:
-            if file != named:
-                different[section] = (file, named)
+    file, named = _flat(found.to_dict()), _flat(expected.to_dict())
+    return {key: (file.get(key), named.get(key)) for key in {**file, **named}
+            if file.get(key) != named.get(key)}
+
+
+def _flat(values, prefix=""):
+    """A description's dict with its sections flattened (``encoder.hidden_size``), the free
+    settings left out."""
+    flat = {}
+    for key, value in values.items():
+        if key in _FREE_FIELDS:
             continue
-        different.update({f"{section}.{key}": (getattr(file, key), getattr(named, key))
-                          for key in type(file).field_names()
-                          if getattr(file, key) != getattr(named, key)})
-    return different
-
-
-def _plain(value):
-    """A configuration value as ``get_config`` writes it (tuples become lists)."""
-    if isinstance(value, tuple):
-        return list(value)
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

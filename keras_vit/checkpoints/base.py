@@ -178,26 +178,12 @@ def prepare_config(config, tensors, head_keys, pre_logits_keys, *, num_classes=N
     ``num_classes`` different from the file's replaces the head by a fresh one (official
     fine-tuning), ``0`` builds none; ``drop_pre_logits`` removes the representation layer.
 
-    A ViT's description is a ``ViTConfig`` (a copy is returned); ``representation_size`` is then
-    the width of a pre-logits layer the file holds without a head (transformers' ``ViTModel``
-    pooler), which only a head can carry. A ResNet's is its constructor's arguments (a dict,
-    changed in place).
+    The description (a ``ViTConfig``, a ``ResNetConfig``) is returned changed, a copy;
+    ``representation_size`` is the width of a pre-logits layer the file holds without a head
+    (transformers' ``ViTModel`` pooler), which only a head can carry.
     """
-    if not isinstance(config, dict):
-        return _prepare_vit(config, set(head_keys), set(pre_logits_keys), num_classes,
-                            drop_pre_logits, image_size, dict(overrides or {}),
-                            representation_size)
-    skip = set()
-    if num_classes is not None and num_classes != config.get("num_classes"):
-        skip |= set(head_keys)
-        config["num_classes"] = num_classes or None
-    if drop_pre_logits and config.get("representation_size") is not None:
-        skip |= set(pre_logits_keys)
-        config["representation_size"] = None
-    if image_size is not None:
-        config["image_size"] = image_size
-    config.update(overrides or {})
-    return config, skip
+    return _prepare(config, set(head_keys), set(pre_logits_keys), num_classes, drop_pre_logits,
+                    image_size, dict(overrides or {}), representation_size)
 
 
 # The head's own settings, given flat to load_checkpoint (``ViTConfig.from_keywords`` names).
@@ -205,7 +191,7 @@ _HEAD_SETTINGS = ("representation_size", "head_representation_size", "head_kerne
                   "head_bias_init")
 
 
-def _prepare_vit(config, head_keys, pre_logits_keys, num_classes, drop_pre_logits, image_size,
+def _prepare(config, head_keys, pre_logits_keys, num_classes, drop_pre_logits, image_size,
                  overrides, headless_representation):
     head = config.head
     classes = None if head is None else head.num_classes

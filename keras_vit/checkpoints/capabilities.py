@@ -11,8 +11,7 @@ import dataclasses
 
 from keras_vit.layers.encoder import LAYER_NORM_EPSILON
 from keras_vit.models.axial import is_axial
-from keras_vit.models.resnet_v2 import ResNetV2
-from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
+from keras_vit.models.registry import family_of
 
 POSITION = ("learned_1d", "stem")  # the one position embedding every foreign format holds
 
@@ -40,19 +39,18 @@ FORMATS = {
 }
 
 
-def is_vit(model):
-    """Whether ``model`` is a keras_vit ViT: a ``ViTBackbone`` or a ``ViTImageClassifier``."""
-    return isinstance(model, (ViTBackbone, ViTImageClassifier))
+# Family (``keras_vit.models.registry.family_of``) -> the stem a format must have a place for.
+STEMS = {"ViT": "patches", "hybrid ResNet+ViT": "hybrid", "BiT ResNetV2": "bit"}
 
 
 def stem_of(model):
     """``"patches"``, ``"hybrid"`` or ``"bit"``: the kind of stem ``model`` has."""
-    if isinstance(model, ResNetV2):
-        return "bit"
-    if is_vit(model):
-        return "patches" if model.config.stem is None else "hybrid"
-    raise TypeError(f"{type(model).__name__} has no checkpoint layout; expected a keras_vit "
-                    "ViTImageClassifier or ViTBackbone (plain or hybrid), or a ResNetV2.")
+    config = getattr(model, "config", None)
+    family = None if config is None else family_of(config)
+    if family not in STEMS:
+        raise TypeError(f"{type(model).__name__} has no checkpoint layout; expected a keras_vit "
+                        "ViT (plain or hybrid) or BiT ResNet, backbone or classifier.")
+    return STEMS[family]
 
 
 def check_expressible(model, format, strict=True):
@@ -62,9 +60,8 @@ def check_expressible(model, format, strict=True):
     """
     can = FORMATS[format]
     if is_axial(model):
-        what = "This Axial-ViT" if is_vit(model) else type(model).__name__
         raise ValueError(
-            f"{what} (an axial-attention model, paper Appendix D.6) has no "
+            f"This {family_of(model)} (an axial-attention model, paper Appendix D.6) has no "
             f"{can.name} layout: no official, timm or transformers checkpoints of axial models "
             "exist. Save it with model.save('model.keras') and load it with "
             "keras.saving.load_model."
@@ -76,7 +73,7 @@ def check_expressible(model, format, strict=True):
                         "BiT ResNetV2 with this layout (save it in the official or timm format).")
     if stem not in can.stems:
         raise ValueError(_STEM_ERRORS[stem].format(name=can.name))
-    if is_vit(model):
+    if stem != "bit":
         _check_vit(model.config, format, strict)
 
 

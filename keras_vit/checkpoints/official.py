@@ -25,10 +25,8 @@ from keras_vit.checkpoints.base import (
 from keras_vit.checkpoints.capabilities import check_expressible
 from keras_vit.layers.encoder import EncoderConfig
 from keras_vit.layers.position import table_grid
-from keras_vit.models.base import model_keywords
-from keras_vit.models.description import Head, Patches, Stem, ViTConfig
-from keras_vit.models.resnet_v2 import ResNetV2
-from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
+from keras_vit.models.description import Head, Patches, Stem, ViTConfig, model_keywords
+from keras_vit.models.registry import build, family_of
 
 VIT_URL = "https://storage.googleapis.com/vit_models/{name}.npz"
 BIT_URL = "https://storage.googleapis.com/bit_models/{name}.npz"
@@ -236,22 +234,15 @@ def representation_size(tensors):
     return None if kernel is None else int(kernel.shape[1])
 
 
-def build_vit(config, **options):
-    """The model a ``ViTConfig`` describes: a ``ViTImageClassifier``, or the ``ViTBackbone``
-    when it has no head (``options``: ``name``, ``dtype``)."""
-    if config.head is None:
-        return ViTBackbone(config, **options)
-    return ViTImageClassifier(config=config, **options)
-
-
 # ----------------------------------------------------------------------------- families
 
 
-def _family(tensors):
+def _infer(tensors):
+    """The function that reads the description of the official file ``tensors``."""
     if any(key.startswith("resnet/") for key in tensors):
-        return resnet.bit_config, resnet.bit_table, ResNetV2
+        return resnet.bit_config
     if "embedding/kernel" in tensors:
-        return infer_vit_config, vit_table, ViTImageClassifier
+        return infer_vit_config
     sample = ", ".join(sorted(tensors)[:5])
     raise ValueError(
         "Not an official ViT, hybrid or BiT checkpoint: it has neither 'embedding/kernel' nor "
@@ -259,10 +250,14 @@ def _family(tensors):
     )
 
 
+# Family (``keras_vit.models.registry.family_of``) -> its official key table.
+TABLES = {"ViT": vit_table, "hybrid ResNet+ViT": vit_table, "BiT ResNetV2": resnet.bit_table}
+
+
 def table_for(model):
     """The official key table of a keras_vit model."""
     check_expressible(model, "official")
-    return resnet.bit_table(model) if isinstance(model, ResNetV2) else vit_table(model)
+    return TABLES[family_of(model)](model)
 
 
 def load(path, *, image_size=None, num_classes=None, drop_pre_logits=False, posemb_grid=None,
@@ -273,7 +268,7 @@ def load(path, *, image_size=None, num_classes=None, drop_pre_logits=False, pose
     The architecture (family, patch size, width, depth, heads, MLP size, classifier,
     representation size, classes, ResNet stem, image size) is read from the file. A ViT file
     gives a ``ViTImageClassifier`` (a ``ViTBackbone`` when it has no head, or with
-    ``num_classes=0``); a BiT file a ``ResNetV2``.
+    ``num_classes=0``); a BiT file a ``ResNetImageClassifier`` (``ResNetBackbone``).
 
     Args:
         path: a local ``.npz``, a URL, or a published name (``"imagenet21k/ViT-B_16"``,
@@ -283,14 +278,14 @@ def load(path, *, image_size=None, num_classes=None, drop_pre_logits=False, pose
             official fine-tuning code does (2-D bilinear, aligned corners, class row kept).
         num_classes: a head of this size. If it differs from the file's, the head is replaced by a
             zero-initialised one (official fine-tuning). ``0`` builds no head: a ViT's
-            ``ViTBackbone`` (its features; the head's ``pre_logits`` layer is left out too).
+            backbone (its features; the head's ``pre_logits`` layer is left out too).
         drop_pre_logits: drop the ``pre_logits`` layer (as fine-tuning with
             ``representation_size=None`` does).
         posemb_grid: the (rows, cols) patch grid the file's position embedding was trained at.
             The format does not record it; a square table is read as a square grid, so this is
             needed only for a non-square one (a file saved from a non-square model).
-        **overrides: other settings, e.g. ``dropout_rate=0.1`` (``ViTConfig.from_keywords``
-            names for a ViT, constructor arguments for a ResNet).
+        **overrides: other settings, e.g. ``dropout_rate=0.1`` (the description's
+            ``from_keywords`` names).
 
     Example (a tiny ViT written in the official layout, then read back; the file says the
     architecture):
@@ -305,24 +300,21 @@ def load(path, *, image_size=None, num_classes=None, drop_pre_logits=False, pose
     'ViTBackbone'
     """
     tensors = read_checkpoint(path)
-    infer, table_of, model_class = _family(tensors)
+    infer = _infer(tensors)
     if posemb_grid is not None:
-        if model_class is ResNetV2:
+        if infer is resnet.bit_config:
             raise ValueError("posemb_grid is the grid of a ViT's position embedding; this BiT "
                              "file has none: leave posemb_grid out.")
         infer = functools.partial(infer, posemb_grid=posemb_grid)
-    options = {} if model_class is ResNetV2 else model_keywords(overrides)
+    options = model_keywords(overrides)
     config, skip = prepare_config(
         infer(tensors), tensors, HEAD_KEYS, PRE_LOGITS_KEYS, num_classes=num_classes,
         drop_pre_logits=drop_pre_logits, image_size=image_size, overrides=overrides,
         representation_size=representation_size(tensors),
     )
-    if model_class is ResNetV2:
-        model = ResNetV2(**config)
-    else:
-        model = build_vit(config, **options)
-        tensors = resize_posemb_tensor(tensors, POSEMB, config, posemb_grid)
-    assign(table_of(model), tensors, skip)
+    model = build(config, **options)
+    tensors = resize_posemb_tensor(tensors, POSEMB, config, posemb_grid)
+    assign(table_for(model), tensors, skip)
     return model
 
 

@@ -16,6 +16,7 @@ Layouts (``docs/official-checkpoints.md`` Sec. 1-2):
 
 from keras_vit.checkpoints.base import Entry
 from keras_vit.layers.resnet import ROOT_WIDTH, hybrid_stride, plain_number
+from keras_vit.models.description import Head, ResNetConfig, Stages
 
 # BiT TF sub-module -> bit_jax name of the keras_vit PreActivationUnit sub-layer.
 _BIT_UNIT = {
@@ -86,7 +87,7 @@ _HEAD = "resnet/head/conv2d"
 
 
 def bit_config(tensors):
-    """``ResNetV2`` constructor arguments inferred from a BiT file's tensors.
+    """The ``ResNetConfig`` of a BiT file's tensors (its head None when the file has none).
 
     The image size is not recorded in BiT files; it is left open (``image_size=None``: any size).
     """
@@ -106,19 +107,16 @@ def bit_config(tensors):
         for s in range(1, num_stages + 1)
     ]
     head = tensors.get(f"{_HEAD}/kernel")
-    return dict(
-        block_units=block_units,
-        width_factor=plain_number(int(root.shape[-1]) / ROOT_WIDTH),
-        num_classes=None if head is None else int(head.shape[-1]),
-        image_size=None,
+    return ResNetConfig(
+        Stages(block_units, plain_number(int(root.shape[-1]) / ROOT_WIDTH)), image_size=None,
         num_channels=int(root.shape[2]),
-    )
+        head=None if head is None else Head(int(head.shape[-1])))
 
 
 def bit_table(model):
-    """Official key -> Entry for a ``ResNetV2``."""
+    """Official key -> Entry for a ``ResNetBackbone`` or ``ResNetImageClassifier``."""
     table = {_ROOT: Entry(model.get_layer("root_block").conv_root.kernel)}
-    for s in range(1, len(model.block_units) + 1):
+    for s in range(1, len(model.config.stages.block_units) + 1):
         for unit in model.get_layer(f"block{s}").units:
             prefix = f"resnet/block{s}/{unit.name}"
             for path, name in _BIT_UNIT.items():
@@ -131,7 +129,7 @@ def bit_table(model):
                     table[f"{prefix}/{path}/kernel"] = Entry(layer.kernel)
     table.update(_group_norm("resnet/group_norm", model.get_layer("norm-pre-head"),
                              ("gamma", "beta")))
-    if model.num_classes is not None:
+    if model.config.head is not None:
         head = model.get_layer("head")
         table[f"{_HEAD}/kernel"] = Entry(head.kernel, (1, 1) + tuple(head.kernel.shape))
         table[f"{_HEAD}/bias"] = Entry(head.bias)

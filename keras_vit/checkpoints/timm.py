@@ -43,13 +43,12 @@ from keras_vit.checkpoints.base import (
     write_atomically,
 )
 from keras_vit.checkpoints.capabilities import check_expressible
-from keras_vit.checkpoints.official import build_vit
 from keras_vit.layers.encoder import EncoderConfig
 from keras_vit.layers.position import table_grid
 from keras_vit.layers.resnet import ROOT_WIDTH, plain_number
 from keras_vit.models.base import model_keywords
-from keras_vit.models.description import Head, Patches, Stem, ViTConfig
-from keras_vit.models.resnet_v2 import ResNetV2
+from keras_vit.models.description import Head, Patches, ResNetConfig, Stages, Stem, ViTConfig
+from keras_vit.models.registry import build, family_of
 
 EXTENSIONS = (".safetensors", ".pth", ".bin", ".pt")
 
@@ -241,13 +240,13 @@ def _torch_entry(key, entry):
 
 
 def bit_table(model):
-    """timm key -> Entry for a BiT ``ResNetV2`` (timm's ``resnetv2_*_bit``)."""
+    """timm key -> Entry for a BiT ResNet (timm's ``resnetv2_*_bit``)."""
     table = {}
     for key, entry in resnet.bit_table(model).items():
         if key.startswith("resnet/head/"):
             continue
         table[_timm_resnet_key(key)] = _torch_entry(key, entry)
-    if model.num_classes is not None:
+    if model.config.head is not None:
         head = model.get_layer("head")
         k, c = head.kernel.shape[1], head.kernel.shape[0]
         table["head.fc.weight"] = Entry(head.kernel, (k, c, 1, 1), lambda w: w.T[:, :, None, None],
@@ -256,9 +255,13 @@ def bit_table(model):
     return table
 
 
+# Family (``keras_vit.models.registry.family_of``) -> its timm key table.
+TABLES = {"ViT": vit_table, "hybrid ResNet+ViT": vit_table, "BiT ResNetV2": bit_table}
+
+
 def table_for(model):
     check_expressible(model, "timm")
-    return bit_table(model) if isinstance(model, ResNetV2) else vit_table(model)
+    return TABLES[family_of(model)](model)
 
 
 # ----------------------------------------------------------------------------- inference
@@ -336,7 +339,7 @@ def _hybrid_stem(tensors, channels):
 
 
 def infer_bit_config(tensors):
-    """``ResNetV2`` arguments from a timm BiT (``resnetv2_*_bit``) state dict."""
+    """The ``ResNetConfig`` of a timm BiT (``resnetv2_*_bit``) state dict."""
     refuse_variants(tensors)
     root = tensors["stem.conv.weight"]
     if root.shape[2:] != (7, 7):
@@ -346,13 +349,10 @@ def infer_bit_config(tensors):
         raise ValueError("This is a post-activation timm ResNetV2 (preact=False); only the "
                          "pre-activation BiT models (resnetv2_*_bit) are supported.")
     head = tensors.get("head.fc.weight")
-    return dict(
-        block_units=[_count(tensors, f"stages.{s}.blocks.{{}}.conv1.weight")
-                     for s in range(num_stages)],
-        width_factor=plain_number(root.shape[0] / ROOT_WIDTH),
-        num_classes=None if head is None else int(head.shape[0]),
-        image_size=None, num_channels=int(root.shape[1]),
-    )
+    units = [_count(tensors, f"stages.{s}.blocks.{{}}.conv1.weight") for s in range(num_stages)]
+    return ResNetConfig(Stages(units, plain_number(root.shape[0] / ROOT_WIDTH)),
+                        image_size=None, num_channels=int(root.shape[1]),
+                        head=None if head is None else Head(int(head.shape[0])))
 
 
 def _fill_optional_biases(tensors, config):
@@ -371,8 +371,8 @@ def load(path, *, image_size=None, num_classes=None, num_heads=None, posemb_grid
          **overrides):
     """Build the model a timm state dict describes and load it (see ``load_checkpoint``): a
     ``ViTImageClassifier``, a ``ViTBackbone`` (no head in the file, or ``num_classes=0``) or
-    a ``ResNetV2``; ``posemb_grid=(rows, cols)`` states the grid of a non-square
-    ``pos_embed``."""
+    a BiT ``ResNetImageClassifier`` (``ResNetBackbone``); ``posemb_grid=(rows, cols)`` states
+    the grid of a non-square ``pos_embed``."""
     tensors = strip_prefix(read_state_dict(path))
     if "stem.conv.weight" in tensors:
         if posemb_grid is not None:
@@ -389,14 +389,11 @@ def load(path, *, image_size=None, num_classes=None, num_heads=None, posemb_grid
             "Not a timm ViT, hybrid or BiT state dict: it has neither 'patch_embed.proj.weight' "
             f"nor 'stem.conv.weight' (first keys: {sample})."
         )
-    options = {} if isinstance(config, dict) else model_keywords(overrides)
+    options = model_keywords(overrides)
     config, skip = prepare_config(config, tensors, head_keys, (), num_classes=num_classes,
                                   image_size=image_size, overrides=overrides)
-    if isinstance(config, dict):
-        model = ResNetV2(**config)
-    else:
-        model = build_vit(config, **options)
-        tensors = resize_posemb_tensor(tensors, "pos_embed", config, posemb_grid)
+    model = build(config, **options)
+    tensors = resize_posemb_tensor(tensors, "pos_embed", config, posemb_grid)
     assign(table_for(model), tensors, skip, "timm state dict")
     return model
 

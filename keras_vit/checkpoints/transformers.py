@@ -45,11 +45,11 @@ from keras_vit.checkpoints.capabilities import (
     check_position,
     fixed_image_size,
 )
-from keras_vit.checkpoints.official import build_vit
 from keras_vit.checkpoints.timm import read_state_dict
 from keras_vit.layers.encoder import EncoderConfig
 from keras_vit.models.base import model_keywords
 from keras_vit.models.description import Head, Patches, ViTConfig
+from keras_vit.models.registry import build
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 ACTIVATIONS = {"gelu": False, "gelu_pytorch_tanh": True, "gelu_new": True}
@@ -234,7 +234,7 @@ def load(path, *, image_size=None, num_classes=None, drop_pre_logits=False, **ov
     config, skip = prepare_config(config, tensors, head, pooler, num_classes=num_classes,
                                   drop_pre_logits=drop_pre_logits, image_size=image_size,
                                   overrides=overrides, representation_size=pooler_size(tensors))
-    model = build_vit(config, **options)
+    model = build(config, **options)
     check_position(model, "transformers")
     key = f"{prefix}embeddings.position_embeddings"
     assign(layout(model, prefix), resize_posemb_tensor(tensors, key, config, file_grid), skip,

@@ -1,26 +1,20 @@
 """What the analytic models read of a model: its description, the token grid its attentions
 span, and the maps of its ResNet.
 
-A ViT (plain, hybrid or Axial-ViT) is read as its ``ViTConfig``: a built model's ``.config``, a
-registered name's ``keras_vit.models.registry.model_config`` (nothing built), or a ``ViTConfig``
-given directly. A BiT ``ResNetV2`` or an ``AxialResNet`` is read as a ``ResNetDescription`` of
-its constructor's arguments. ``flops`` and ``memory`` count all of them alike; ViT-H/14 has 632M
-weights, none of which need to exist to count them.
+Every model is read as its description (``keras_vit.models.description``): a ``ViTConfig`` for
+a ViT (plain, hybrid or Axial-ViT), a ``ResNetConfig`` for a BiT ResNet or AxialResNet; a built
+model's ``.config``, a registered name's ``keras_vit.models.registry.model_config`` (nothing
+built), or a description given directly. ``flops`` and ``memory`` count all of them alike;
+ViT-H/14 has 632M weights, none of which need to exist to count them.
 """
-
-import dataclasses
-import inspect
 
 import keras
 
-from keras_vit.checks import check_multiple, pair
-from keras_vit.layers.resnet import EXPANSION, check_units, plain_number, root_width, stage_strides
-from keras_vit.models.axial import AxialResNet
-from keras_vit.models.base import model_keywords
-from keras_vit.models.description import ViTConfig
+from keras_vit.checks import pair
+from keras_vit.layers.resnet import EXPANSION, root_width, stage_strides
+from keras_vit.models.base import DescribedModel
+from keras_vit.models.description import Description, model_keywords
 from keras_vit.models.registry import parse
-from keras_vit.models.resnet_v2 import ResNetV2
-from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
 
 # A registered name is counted at the paper's pre-training resolution and ImageNet's classes
 # unless told otherwise (the defaults of ``keras_vit.create_model``).
@@ -29,40 +23,6 @@ NAME_NUM_CLASSES = 1000
 # An AxialUnit's attention projects its C channels to 2C with a 1x1 convolution: queries and
 # keys C/2 each, values C (Axial-DeepLab; keras_vit.layers.axial).
 AXIAL_PROJECTION_WIDTH = 2
-VIT_MODELS = (ViTBackbone, ViTImageClassifier)
-RESNET_MODELS = (ResNetV2, AxialResNet)
-
-
-@dataclasses.dataclass(frozen=True)
-class ResNetDescription:
-    """What the counts read of a BiT ``ResNetV2`` or an ``AxialResNet``: its constructor's
-    arguments (``num_heads`` is the AxialResNet's, None for BiT)."""
-
-    block_units: tuple
-    width_factor: float
-    num_classes: int | None = 1000
-    image_size: tuple | None = (224, 224)
-    num_channels: int = 3
-    num_heads: int | None = None
-
-    def __post_init__(self):
-        units = tuple(check_units(self.block_units, "block_units", allow_empty=False))
-        object.__setattr__(self, "block_units", units)
-        object.__setattr__(self, "width_factor", plain_number(self.width_factor))
-        if self.image_size is not None:
-            object.__setattr__(self, "image_size", pair("image_size", self.image_size))
-
-    stride = 1  # a ResNet has no patches to align an image with
-
-    @property
-    def axial(self):
-        return self.num_heads is not None
-
-    @classmethod
-    def of(cls, model):
-        """The description of a built ``ResNetV2`` or ``AxialResNet``."""
-        return cls(model.block_units, model.width_factor, model.num_classes, model.image_size,
-                   model.num_channels, model.num_heads if isinstance(model, AxialResNet) else None)
 
 
 def ceil_half(side):
@@ -106,56 +66,27 @@ def token_spans(config, grid):
 
 
 def check_size(description, image_size, label, what="flops"):
-    """The (height, width) to count at: ``image_size`` or the description's own, checked
-    against its stride (``label`` names the model, ``what`` the function counting, in the
-    errors)."""
+    """The (height, width) to count at: ``image_size`` or the description's own, checked as
+    the model checks its input (``label`` names the model, ``what`` the function counting, in
+    the errors)."""
     size = image_size if image_size is not None else description.image_size
     if size is None:
         raise ValueError(
             f"{label} takes any image size; pass {what}(model, image_size=...) to count one."
         )
     height, width = pair("image_size", size)
-    stride = description.stride
-    for name, side in (("height", height), ("width", width)):
-        if side < stride:
-            raise ValueError(
-                f"The image {name} ({side}) is smaller than one patch ({stride} pixels with the "
-                "stem); use a larger image or a smaller patch size."
-            )
-    check_multiple((height, width), stride, unit="model's stride")
+    description.check_input((height, width), "image")
     return height, width
-
-
-def _resnet_of_name(name, model_class, arguments, overrides, what):
-    """The ``ResNetDescription`` of a registered ResNet name with ``overrides``: the arguments
-    create_model passes to the constructor, named and defaulted by its signature."""
-    signature = inspect.signature(model_class)
-    named = [key for key, parameter in signature.parameters.items()
-             if parameter.kind is parameter.KEYWORD_ONLY or (
-                 parameter.kind is parameter.POSITIONAL_OR_KEYWORD)]
-    unknown = sorted(set(overrides) - set(named))
-    if unknown:
-        raise TypeError(f"{model_class.__name__} takes no argument {', '.join(unknown)}; "
-                        f"{what}({name!r}, ...) takes the arguments of create_model.")
-    bound = signature.bind(**{**arguments, **overrides})
-    bound.apply_defaults()
-    fields = [field.name for field in dataclasses.fields(ResNetDescription)]
-    return ResNetDescription(**{key: bound.arguments[key] for key in fields
-                                if key in bound.arguments})
 
 
 def describe_name(name, image_size=None, overrides=None, what="flops"):
     """The description of a registered name as ``create_model(name, image_size=...,
-    **overrides)`` would build it (224 px and 1,000 classes unless told): a ``ViTConfig`` or a
-    ``ResNetDescription``. Nothing is built."""
+    **overrides)`` would build it (224 px and 1,000 classes unless told). Nothing is built."""
     overrides = dict(overrides or {})
     model_keywords(overrides)  # the name, dtype and trainable count nothing (memory takes dtype)
     size = NAME_IMAGE_SIZE if image_size is None else image_size
     num_classes = overrides.pop("num_classes", NAME_NUM_CLASSES)
-    _, model_class, config = parse(name)
-    if not isinstance(config, ViTConfig):
-        return _resnet_of_name(name, model_class, config,
-                               dict(overrides, image_size=size, num_classes=num_classes), what)
+    config = parse(name)[2]
     try:
         return config.replace(image_size=size, num_classes=num_classes, **overrides)
     except TypeError as error:
@@ -165,20 +96,24 @@ def describe_name(name, image_size=None, overrides=None, what="flops"):
 
 def read(model, image_size=None, overrides=None, what="flops"):
     """``(description, height, width)`` of a registered name (``overrides``: the arguments of
-    ``create_model``, ``num_classes`` included), of a ``ViTConfig`` (``overrides``: its flat
-    settings) or of a built model (none): the description is a ``ViTConfig`` for a ViT and a
-    ``ResNetDescription`` for a ResNet. A ViT is counted with the position tables of the image
+    ``create_model``, ``num_classes`` included), of a description (``overrides``: its flat
+    settings) or of a built model (none). A ViT is counted with the position tables of the image
     it is counted at, unless its ``position_embedding_grid`` fixes them."""
     overrides = dict(overrides or {})
     if isinstance(model, str):
         description = describe_name(model, image_size, overrides, what)
-    elif isinstance(model, ViTConfig):
+    elif isinstance(model, Description):
         description = model.replace(**overrides) if overrides else model
-    else:
+    elif isinstance(model, DescribedModel):
         if overrides:
             raise TypeError(f"{what} takes {', '.join(sorted(overrides))} only with a model name "
-                            "or a ViTConfig; a built model has its configuration already.")
-        description = _description_of(model, what)
+                            "or a description; a built model has its configuration already.")
+        description = model.config
+    else:
+        raise TypeError(
+            f"{what} counts keras_vit models (a backbone or classifier of any family), their "
+            "descriptions (ViTConfig, ResNetConfig) and registered names (keras_vit."
+            f"model_names()), got {type(model).__name__}.")
     return description, *check_size(description, image_size, label(model), what)
 
 
@@ -186,20 +121,7 @@ def label(model):
     """How the errors name what is counted: a name, a built model's name, or its config."""
     if isinstance(model, str):
         return model
-    return "The ViTConfig's model" if isinstance(model, ViTConfig) else model.name
-
-
-def _description_of(model, what):
-    """The description of a built keras_vit model (its class checked by the caller)."""
-    if isinstance(model, VIT_MODELS):
-        return model.config
-    if isinstance(model, RESNET_MODELS):
-        return ResNetDescription.of(model)
-    raise TypeError(f"{what} reads keras_vit models, got {type(model).__name__}.")
-
-
-def is_vit(description):
-    return isinstance(description, ViTConfig)
+    return f"The {type(model).__name__}'s model" if isinstance(model, Description) else model.name
 
 
 def dtype_policy(model, dtype):

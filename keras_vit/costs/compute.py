@@ -22,10 +22,7 @@ our estimate of the compute column of the paper's Table 6 (``keras_vit.costs.tab
 
 from keras_vit.costs.architecture import (
     AXIAL_PROJECTION_WIDTH,
-    RESNET_MODELS,
-    VIT_MODELS,
     ceil_half,
-    is_vit,
     read,
     resnet_units,
     root_output,
@@ -33,7 +30,7 @@ from keras_vit.costs.architecture import (
 )
 from keras_vit.costs.table_6 import JFT_CLASSES, JFT_IMAGES, PRETRAINING_IMAGE_SIZE
 from keras_vit.layers.resnet import EXPANSION, ROOT_KERNEL, root_width
-from keras_vit.models.description import ViTConfig
+from keras_vit.models.description import Description, ResNetConfig, ViTConfig
 
 FLOPS_PER_MULTIPLY_ADD = 2
 # A training step's products: the forward pass, and a backward pass that multiplies twice as
@@ -147,10 +144,18 @@ def _head(width_in, representation_size, num_classes):
 
 
 def _resnet_flops(description, height, width):
-    middle = _axial_pair if description.axial else _conv3x3
-    root, stages, _, channels = _resnet((height, width), description.num_channels,
-                                        description.block_units, description.width_factor, middle)
-    return {"stem": root, "stages": stages, "head": _head(channels, None, description.num_classes)}
+    middle = _axial_pair if description.is_axial else _conv3x3
+    stages = description.stages
+    root, total, _, channels = _resnet((height, width), description.num_channels,
+                                       stages.block_units, stages.width_factor, middle)
+    head = description.head
+    return {"stem": root, "stages": total,
+            "head": 0 if head is None else _head(channels, head.representation_size,
+                                                 head.num_classes)}
+
+
+# Description class -> its count.
+COUNTS = {ViTConfig: _vit_flops, ResNetConfig: _resnet_flops}
 
 
 def flops(model, image_size=None, **overrides):
@@ -160,14 +165,14 @@ def flops(model, image_size=None, **overrides):
     pre-training compute (Table 6) is this x 3 (forward and backward) x images seen.
 
     Args:
-        model: a ``ViTImageClassifier`` or ``ViTBackbone`` (plain, hybrid or Axial-ViT), a
-            ``ResNetV2`` (BiT) or an ``AxialResNet``; or, counted without building a model, a
-            registered name (``"ViT-H/14"``, ``"R50+ViT-B/16"``, ``"BiT-R200x3"``) or a
-            ``ViTConfig``.
+        model: a keras_vit backbone or classifier of any family (ViT, hybrid, Axial-ViT, BiT
+            ResNet, AxialResNet); or, counted without building a model, a registered name
+            (``"ViT-H/14"``, ``"R50+ViT-B/16"``, ``"BiT-R200x3"``) or a description
+            (``ViTConfig``, ``ResNetConfig``).
         image_size: int or (height, width); by default the model's own, 224 for a name.
         **overrides: with a name, the arguments ``create_model`` takes (``num_classes``, 1000
-            by default, ``classifier``, ``num_channels``, ``stem``...); with a ``ViTConfig``, the
-            settings ``ViTConfig.replace`` takes.
+            by default, ``classifier``, ``num_channels``, ``stem``...); with a description, the
+            settings its ``replace`` takes.
 
     Returns:
         a ``FlopCount``: the total as an ``int``, and ``.parts`` (name -> FLOPs): ``stem``,
@@ -185,15 +190,14 @@ def flops(model, image_size=None, **overrides):
     >>> round(flops("ViT-H/14") / 1e9)  # by name: nothing is built
     335
     """
-    if not isinstance(model, (str, ViTConfig, *VIT_MODELS, *RESNET_MODELS)):
-        raise TypeError(
-            f"flops counts keras_vit ViTImageClassifier, ViTBackbone, ResNetV2 and AxialResNet "
-            f"models, ViTConfigs and registered names, got {type(model).__name__}; count other "
-            "models with XLA's cost analysis (jax.jit(f).lower(x).compile().cost_analysis())."
-        )
-    description, height, width = read(model, image_size, overrides)
-    count = _vit_flops if is_vit(description) else _resnet_flops
-    return FlopCount(count(description, height, width))
+    try:
+        description, height, width = read(model, image_size, overrides)
+    except TypeError as error:
+        if isinstance(model, (str, Description)) or hasattr(model, "config"):
+            raise
+        raise TypeError(f"{error} Count other models with XLA's cost analysis "
+                        "(jax.jit(f).lower(x).compile().cost_analysis()).") from error
+    return FlopCount(COUNTS[type(description)](description, height, width))
 
 
 def pretraining_flops(model, epochs, *, images=JFT_IMAGES, image_size=PRETRAINING_IMAGE_SIZE,
@@ -202,7 +206,7 @@ def pretraining_flops(model, epochs, *, images=JFT_IMAGES, image_size=PRETRAININ
     ``TRAINING_OVER_FORWARD`` (forward and backward) x images seen.
 
     Args:
-        model: a registered name or a ``ViTConfig`` (counted without building a model), or a
+        model: a registered name or a description (counted without building a model), or a
             built model.
         epochs: passes over the ``images`` training images (JFT-300M by default).
         image_size: the pre-training resolution (224 in the paper).
@@ -212,7 +216,7 @@ def pretraining_flops(model, epochs, *, images=JFT_IMAGES, image_size=PRETRAININ
     >>> round(pretraining_flops("ViT-L/16", 14) / 1e18)
     1567
     """
-    if isinstance(model, (str, ViTConfig)):
+    if isinstance(model, (str, Description)):
         forward = flops(model, image_size, num_classes=num_classes)
     else:
         forward = flops(model, image_size)

@@ -57,7 +57,6 @@ import keras
 from keras_vit.costs.architecture import (
     ceil_half,
     dtype_policy,
-    is_vit,
     label,
     read,
     resnet_units,
@@ -66,10 +65,8 @@ from keras_vit.costs.architecture import (
 )
 from keras_vit.costs.parameters import count_parameters
 from keras_vit.layers.resnet import EXPANSION, root_width
-from keras_vit.models.axial import AxialResNet
-from keras_vit.models.description import ViTConfig
-from keras_vit.models.resnet_v2 import ResNetV2
-from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
+from keras_vit.models.description import Description, ResNetConfig, ViTConfig
+from keras_vit.models.registry import MODEL_CLASSES, family_of
 
 GIB = 2**30
 FLOAT32_BYTES = 4  # images, labels and the attention matrices (softmax runs in float32)
@@ -105,7 +102,7 @@ NARROW_HEAD = 8
 RELATIVE_MATRICES_OF_WIDE_HEADS = 2
 
 # The model classes memory() counts (exact classes: a subclass may change the blocks).
-COVERED = (ViTImageClassifier, ViTBackbone, ResNetV2, AxialResNet)
+COVERED = MODEL_CLASSES
 
 
 class MemoryCount(int):
@@ -226,30 +223,42 @@ def _bytes(dtype):
 
 
 def _check_covered(model):
-    if not isinstance(model, (str, ViTConfig)) and type(model) not in COVERED:
+    if not isinstance(model, (str, Description)) and type(model) not in COVERED:
         raise TypeError(
             f"memory counts the keras_vit models {', '.join(c.__name__ for c in COVERED)} "
-            f"(and ViTConfigs and registered names), got {type(model).__name__}: its blocks are "
+            f"(and their descriptions and registered names), got {type(model).__name__}: its "
+            "blocks are "
             "not in the count. Measure it with XLA instead: "
             "keras_vit.costs.memory.xla_memory(model, batch_size) under jax "
             "(jax.jit(step).lower(...).compile().memory_analysis())."
         )
 
 
+def _resnet_model_tally(config, height, width):
+    """(tally, blocks, what a block keeps, its input) of a BiT ResNet or AxialResNet, which has
+    no Transformer block."""
+    tally, stages = _Tally(), config.stages
+    _resnet_tally(tally, (height, width), config.num_channels, stages.block_units,
+                  stages.width_factor, "axial" if config.is_axial else "bit",
+                  config.axial.num_heads if config.is_axial else None)
+    return tally, 0, 0, 0
+
+
+# Description class -> (its tally, its (remat, dropout rate)).
+TALLIES = {
+    ViTConfig: (_vit_tally, lambda config: (config.encoder.remat, config.encoder.dropout_rate)),
+    ResNetConfig: (_resnet_model_tally, lambda config: (False, 0.0)),
+}
+
+
 def _activations(description, height, width, training, remat):
     """(activation elements, attention float32 elements) per example at the step's peak."""
-    if not is_vit(description):
-        if remat:
-            kind = "an AxialResNet" if description.axial else "a BiT ResNetV2"
-            raise ValueError(f"remat=True rematerialises Transformer blocks; {kind} has none. "
-                             "Use remat=False.")
-        tally = _Tally()
-        _resnet_tally(tally, (height, width), description.num_channels, description.block_units,
-                      description.width_factor, "axial" if description.axial else "bit",
-                      description.num_heads)
-        blocks = block = block_input = 0
-    else:
-        tally, blocks, block, block_input = _vit_tally(description, height, width)
+    tally, blocks, block, block_input = TALLIES[type(description)][0](description, height, width)
+    if remat and not blocks:
+        family = family_of(description)
+        raise ValueError(f"remat=True rematerialises Transformer blocks; "
+                         f"{'an' if family[0] in 'AEIOU' else 'a'} {family} has none. Use "
+                         "remat=False.")
     if not training:
         return tally.forward, tally.forward_matrices
     if remat:  # block inputs only; one block recomputed (its matrices as many as the
@@ -260,12 +269,10 @@ def _activations(description, height, width, training, remat):
 
 
 def _settings(description):
-    """(remat, dropout rate, classes, channels) of a description: a ViT's, or a ResNet's."""
-    if is_vit(description):
-        encoder, head = description.encoder, description.head
-        return (encoder.remat, encoder.dropout_rate, 0 if head is None else head.num_classes,
-                description.patches.num_channels)
-    return False, 0, description.num_classes or 0, description.num_channels
+    """(remat, dropout rate, classes, channels) of a description."""
+    head = description.head
+    classes = 0 if head is None or head.num_classes is None else head.num_classes
+    return (*TALLIES[type(description)][1](description), classes, description.num_channels)
 
 
 def memory(model, image_size=None, batch_size=1, *, training=True, dtype=None, remat=None,
@@ -276,11 +283,11 @@ def memory(model, image_size=None, batch_size=1, *, training=True, dtype=None, r
     ``XLA_AGREEMENT`` for how it compares with what XLA allocates.
 
     Args:
-        model: a ``ViTImageClassifier`` or ``ViTBackbone`` (plain, hybrid or Axial-ViT), a
-            ``ResNetV2`` (BiT) or an ``AxialResNet``; or, counted without building, a registered
-            name (``"ViT-H/14"``, ``"R50+ViT-B/16"``, ``"BiT-R152x2"``, ``"Axial-ViT-B/16"``,
-            ``"AxialResNet50"``) or a ``ViTConfig``. Other models raise a ``TypeError``
-            (measure them with ``xla_memory``).
+        model: a keras_vit backbone or classifier of any family (``COVERED``); or, counted
+            without building, a registered name (``"ViT-H/14"``, ``"R50+ViT-B/16"``,
+            ``"BiT-R152x2"``, ``"Axial-ViT-B/16"``, ``"AxialResNet50"``) or a description
+            (``ViTConfig``, ``ResNetConfig``). Other models raise a ``TypeError`` (measure them
+            with ``xla_memory``).
         image_size: int or (height, width); by default the model's own, 224 for a name.
         batch_size: examples per step on the device.
         training: a training step (forward, backward, update) or inference alone.
@@ -295,7 +302,7 @@ def memory(model, image_size=None, batch_size=1, *, training=True, dtype=None, r
             matrix: the ``attention`` part is 0. Only for models whose attention adds no bias
             (plain and hybrid ViTs with 1-D or 2-D position embeddings).
         **overrides: with a name, the arguments of ``create_model`` (``num_classes``...); with
-            a ``ViTConfig``, the settings ``ViTConfig.replace`` takes.
+            a description, the settings its ``replace`` takes.
 
     Returns:
         a ``MemoryCount``: bytes as an ``int`` (``.gib`` in GiB) and ``.parts``: ``weights``,
@@ -372,8 +379,7 @@ def xla_memory(model, batch_size, *, training=True, optimizer="sgd"):
         compiled = jax.jit(predict).lower(trainable, frozen, images).compile()
     else:
         step, slots = _train_step(model, optimizer, jax)
-        classes = (model.config.head.num_classes if isinstance(model, ViTImageClassifier)
-                   else model.num_classes)
+        classes = model.config.head.num_classes
         labels = jax.ShapeDtypeStruct((batch_size, classes), "float32")
         compiled = step.lower(trainable, frozen, slots, images, labels).compile()
     analysis = compiled.memory_analysis()

@@ -13,14 +13,9 @@ Example (paper Table 1: ViT-B has 86M weights, ViT-H 632M):
 
 import keras
 
-from keras_vit.costs.architecture import (
-    AXIAL_PROJECTION_WIDTH,
-    ResNetDescription,
-    is_vit,
-    resnet_units,
-    token_spans,
-)
+from keras_vit.costs.architecture import AXIAL_PROJECTION_WIDTH, resnet_units, token_spans
 from keras_vit.layers.resnet import EXPANSION, ROOT_KERNEL, root_width
+from keras_vit.models.description import ResNetConfig, ViTConfig
 
 NORM_WEIGHTS = 2  # a LayerNorm or GroupNorm: a scale and a bias per channel
 
@@ -108,26 +103,17 @@ def _encoder_block(dim, mlp):
 
 def _resnet_model(description, height, width):
     """BiT (a final GroupNorm before the head) or AxialResNet (none)."""
-    axial = description.axial
-    count, channels = _resnet(description.num_channels, (height, width), description.block_units,
-                              description.width_factor, "axial" if axial else "bit",
-                              description.num_heads)
-    return count + (0 if axial else _norm(channels)) + _head(channels, None,
-                                                             description.num_classes)
+    axial, stages, head = description.is_axial, description.stages, description.head
+    count, channels = _resnet(description.num_channels, (height, width), stages.block_units,
+                              stages.width_factor, "axial" if axial else "bit",
+                              description.axial.num_heads if axial else None)
+    return count + (0 if axial else _norm(channels)) + (
+        0 if head is None else _head(channels, head.representation_size, head.num_classes))
 
 
-def count_parameters(model, height, width):
-    """The weights of a built model, or of a description (a ``ViTConfig``, or the
-    ``ResNetDescription`` of ``architecture.read``) at images of ``height`` x ``width`` (which
-    size a relative position table, and the learned one unless its grid is fixed)."""
-    if isinstance(model, keras.Model):
-        return model.count_params()
-    if isinstance(model, ResNetDescription):
-        return _resnet_model(model, height, width)
-    if not is_vit(model):
-        raise TypeError(f"count_parameters counts a built model, a ViTConfig or a "
-                        f"ResNetDescription, got {type(model).__name__}.")
-    config, count, channels = model, 0, model.patches.num_channels
+def _vit_model(config, height, width):
+    """A ViT, hybrid or Axial-ViT."""
+    count, channels = 0, config.patches.num_channels
     if config.stem is not None:
         count, channels = _resnet(channels, (height, width), config.stem.num_layers,
                                   config.stem.width_factor, "hybrid")
@@ -141,3 +127,19 @@ def count_parameters(model, height, width):
     count += _norm(dim) + (0 if head is None else _head(dim, head.representation_size,
                                                          head.num_classes))  # final LayerNorm
     return count + encoder.num_layers * len(spans) * _encoder_block(dim, encoder.mlp_dim)
+
+
+# Description class -> its count.
+COUNTS = {ViTConfig: _vit_model, ResNetConfig: _resnet_model}
+
+
+def count_parameters(model, height, width):
+    """The weights of a built model, or of a description (``keras_vit.models.description``) at
+    images of ``height`` x ``width`` (which size a relative position table, and the learned one
+    unless its grid is fixed)."""
+    if isinstance(model, keras.Model):
+        return model.count_params()
+    if type(model) not in COUNTS:
+        raise TypeError(f"count_parameters counts a built model or a description (ViTConfig, "
+                        f"ResNetConfig), got {type(model).__name__}.")
+    return COUNTS[type(model)](model, height, width)

@@ -22,7 +22,6 @@ import keras
 import numpy as np
 
 from keras_vit.distribution import predict
-from keras_vit.models.vit import ViTBackbone
 
 BIAS_CONSTANT = 100.0
 STD_EPSILON = 1e-5
@@ -208,15 +207,15 @@ def fewshot_linear_from_features(
 
 
 def feature_model(model):
-    """A model from images to ``model``'s pre-logits features: a ``ViTBackbone``'s pooled
-    output (Eq. 4's y), else the model's ``feature_extractor()``."""
-    if isinstance(model, ViTBackbone):
+    """A model from images to ``model``'s pre-logits features: a backbone's pooled output
+    (Eq. 4's y for a ViT), else the model's ``feature_extractor()``."""
+    if isinstance(model.output, dict) and "pooled" in model.output:
         return keras.Model(model.input, model.output["pooled"], name=f"{model.name}_features")
     extractor = getattr(model, "feature_extractor", None)
     if not callable(extractor):
         raise TypeError(
             f"{type(model).__name__} has no feature_extractor() method; pass a keras_vit model "
-            "(ViTImageClassifier, ViTBackbone, ResNetV2), or compute features yourself and call "
+            "(a backbone or classifier of any family), or compute features yourself and call "
             "fewshot_linear_from_features."
         )
     return extractor()
@@ -236,14 +235,14 @@ def fewshot_linear(
 ):
     """Few-shot linear evaluation of a model's frozen pre-logits features.
 
-    Features are the head's input: a ``ViTImageClassifier``'s (or a ``ResNetV2``'s, an
-    ``AxialResNet``'s) ``feature_extractor()``, a ``ViTBackbone``'s ``"pooled"`` output;
+    Features are the head's input: a classifier's ``feature_extractor()``, a backbone's
+    ``"pooled"`` output;
     computed once for ``x_train`` and once for ``x_test``. See ``fewshot_linear_from_features``
     for the protocol and the returned dictionary.
 
     Args:
-        model: a ``ViTImageClassifier``, a ``ViTBackbone``, or another model with a
-            ``feature_extractor()`` method (``ResNetV2``, ``AxialResNet``).
+        model: a keras_vit backbone or classifier of any family, or another model with a
+            ``feature_extractor()`` method.
         x_train, y_train: images (in the model's input range) and integer labels to draw the
             few-shot sets from.
         x_test, y_test: evaluation images and labels.

@@ -75,7 +75,7 @@ def _check_model(model, what="relevancy"):
     if not isinstance(model, ViTImageClassifier):
         raise TypeError(
             f"{what} explains a Vision Transformer through its attention; "
-            f"{type(model).__name__} is not a keras_vit ViTImageClassifier (a ResNetV2 or "
+            f"{type(model).__name__} is not a keras_vit ViTImageClassifier (a BiT ResNet or "
             "AxialResNet has no token attention). Use a ViT or a hybrid (ResNet stem "
             "and ViT) built with keras_vit.ViTImageClassifier or keras_vit.create_model.")
     if model.config.encoder.axial:

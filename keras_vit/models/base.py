@@ -1,24 +1,18 @@
 """What every keras_vit model shares: its dtype policy, quantization, the class layer, and a
-config that is its arguments.
+config that is its description.
 
-A model's constructor arguments are its configuration (docs/architecture.md): ``ConfiguredModel``
-keeps the normalised arguments a subclass hands it and returns exactly them from ``get_config``,
-so ``from_config(get_config())`` rebuilds the same architecture and ``.keras`` files round-trip.
+A model is described by one frozen description (``keras_vit.models.description``: a
+``ViTConfig``, a ``ResNetConfig``): ``DescribedModel`` keeps it as ``model.config`` and returns
+it from ``get_config``, so ``from_config(get_config())`` rebuilds the same architecture and
+``.keras`` files round-trip.
 """
 
 import keras
 
-from keras_vit.models import quantization
+from keras_vit.models import quantization, upgrade
+from keras_vit.models.description import MODEL_KEYWORDS, model_keywords
 
-# The keywords every model takes besides its description, the common part of its get_config
-# (``QuantizableModel.base_config``); any other keyword is a setting of the description.
-MODEL_KEYWORDS = ("name", "trainable", "dtype")
-
-
-def model_keywords(keywords):
-    """Take the model's own keywords (``MODEL_KEYWORDS``) out of the dict ``keywords`` and
-    return them; what stays is the description's."""
-    return {key: keywords.pop(key) for key in MODEL_KEYWORDS if key in keywords}
+__all__ = ["MODEL_KEYWORDS", "DescribedModel", "QuantizableModel", "class_layer", "model_keywords"]
 
 
 def float32_output_dtype(dtype):
@@ -88,26 +82,48 @@ class QuantizableModel(keras.Model):
         return config
 
 
-class ConfiguredModel(QuantizableModel):
-    """A functional model whose config is the normalised constructor arguments.
+class DescribedModel(QuantizableModel):
+    """A functional model whose ``get_config`` is its description (``self.config``, of the
+    class's ``config_class``)."""
 
-    A subclass builds its graph, calls ``super().__init__(inputs=..., outputs=..., name=...,
-    arguments=...)`` with the dict of its own (normalised) arguments; each becomes an attribute
-    of the same name and the whole dict is ``get_config``.
-    """
+    config_class = None  # the family's description class, set by each model class
 
-    def __init__(self, *, inputs, outputs, name, arguments, dtype=None, **kwargs):
+    def __init__(self, *, inputs, outputs, name, config, dtype=None, **kwargs):
         super().__init__(inputs=inputs, outputs=outputs, name=name, dtype=dtype, **kwargs)
-        self._arguments = dict(arguments)
-        for key, value in self._arguments.items():
-            setattr(self, key, value)
+        self.config = config
+
+    @classmethod
+    def describe(cls, config=None, keywords=None):
+        """The description of a ``config`` (object or its ``to_dict``) and/or flat keywords."""
+        keywords = dict(keywords or {})
+        description = cls.config_class
+        if config is None:
+            return description.from_keywords(**keywords)
+        if not isinstance(config, (description, dict)):
+            raise TypeError(f"config must be a {description.__name__} or its to_dict() dict, got "
+                            f"{config!r}.")
+        config = description.from_dict(config)
+        return config.replace(**keywords) if keywords else config
 
     def get_config(self):
-        config = self.base_config()
-        for key, value in self._arguments.items():
-            config[key] = list(value) if isinstance(value, tuple) else value
-        return config
+        return {**self.base_config(), "config": self.config.to_dict()}
 
     @classmethod
     def from_config(cls, config):
-        return cls(**cls.with_policy(config))
+        config = cls.with_policy(config)
+        return cls(config=cls.config_class.from_dict(config.pop("config")), **config)
+
+    def load_weights(self, filepath, *args, **kwargs):
+        """``keras.Model.load_weights``; a file of an earlier keras_vit layout is refused with
+        the name of its converter (``keras_vit.models.upgrade``)."""
+        try:
+            return super().load_weights(filepath, *args, **kwargs)
+        except ValueError:
+            if str(filepath).endswith(".weights.h5"):
+                upgrade.check_earlier_layout(self, filepath)
+            raise
+
+    def call(self, inputs, training=None, mask=None):
+        if self.config.image_size is None:  # checked whenever the shape is known when traced
+            self.config.check_input(tuple(inputs.shape)[1:3])
+        return super().call(inputs, training=training, mask=mask)

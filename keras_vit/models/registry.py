@@ -26,11 +26,18 @@ models import nothing from checkpoints.
 import re
 
 from keras_vit.layers.encoder import EncoderConfig
-from keras_vit.models.axial import AxialResNet
-from keras_vit.models.base import model_keywords
-from keras_vit.models.description import Patches, Stem, ViTConfig
-from keras_vit.models.resnet_v2 import ResNetV2
-from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
+from keras_vit.models.axial import AxialResNetImageClassifier
+from keras_vit.models.description import (
+    Axial,
+    Patches,
+    ResNetConfig,
+    Stages,
+    Stem,
+    ViTConfig,
+    model_keywords,
+)
+from keras_vit.models.resnet_v2 import ResNetImageClassifier
+from keras_vit.models.vit import ViTImageClassifier
 
 # Paper Table 1 (+ Ti and S from the DeiT/AugReg follow-ups that the official code ships).
 VIT_SIZES = {
@@ -74,7 +81,7 @@ def _hybrid(resnet, size, total):
 
 
 def _bit(depth, width):
-    return ResNetV2, dict(block_units=BIT_DEPTHS[int(depth)], width_factor=int(width))
+    return ResNetImageClassifier, ResNetConfig(Stages(BIT_DEPTHS[int(depth)], int(width)))
 
 
 def _axial_vit(size, patch):
@@ -82,7 +89,8 @@ def _axial_vit(size, patch):
 
 
 def _axial_resnet(depth, width):
-    return AxialResNet, dict(block_units=BIT_DEPTHS[int(depth)], width_factor=int(width or 1))
+    stages = Stages(BIT_DEPTHS[int(depth)], int(width or 1))
+    return AxialResNetImageClassifier, ResNetConfig(stages, axial=Axial())
 
 
 # family -> (name pattern, configuration of the parsed groups, published names).
@@ -107,6 +115,12 @@ FAMILIES = {
     "AxialResNet": (r"AxialResNet(26|50|101|152|200)(?:x([1-9]\d*))?", _axial_resnet,
                     ["AxialResNet50"]),
 }
+_EXAMPLES = {family: names[0] for family, (_, _, names) in FAMILIES.items()}
+# Every family's classifier class and its backbone class.
+MODEL_CLASSES = tuple(cls for classifier in dict.fromkeys(
+    pattern(*re.fullmatch(regex, _EXAMPLES[family]).groups())[0]
+    for family, (regex, pattern, _) in FAMILIES.items())
+    for cls in (classifier, classifier.backbone_cls))
 # Families without published weights: create_model(..., weights=...) refuses them.
 UNPUBLISHED = ("Axial-ViT", "AxialResNet")
 _PATTERNS = {family: re.compile(pattern) for family, (pattern, _, _) in FAMILIES.items()}
@@ -116,8 +130,8 @@ _HINTS = ["ViT-Ti/4 (any ViT size with any patch size)", "BiT-R26x1 (any depth 2
 
 
 def parse(name):
-    """``(family, model class, configuration)`` of a registered name: a ``ViTConfig`` for the
-    ViT families (224 px, 1,000 classes), the constructor's arguments for the ResNets.
+    """``(family, classifier class, description)`` of a registered name: a ``ViTConfig`` for
+    the ViT families, a ``ResNetConfig`` for the ResNets (224 px, 1,000 classes).
 
     Example:
     >>> family, cls, config = parse("R26+ViT-S/32")
@@ -135,7 +149,7 @@ def parse(name):
 
 def model_config(name):
     """The description of the model a paper name stands for: a ``ViTConfig`` for a ViT, hybrid
-    or Axial-ViT (``"ViT-B/16"``), the constructor's arguments for a ResNet.
+    or Axial-ViT (``"ViT-B/16"``), a ``ResNetConfig`` for a BiT ResNet or AxialResNet.
 
     Example:
     >>> model_config("R26+ViT-S/32").stem.num_layers
@@ -144,20 +158,26 @@ def model_config(name):
     return parse(name)[2]
 
 
-def family_of(model_or_class, config=None):
-    """The family name (a ``FAMILIES`` key) of a model, or of a model class and its
-    configuration."""
-    def kind(cls):
-        return model_or_class is cls or isinstance(model_or_class, cls) or (
-            isinstance(model_or_class, type) and issubclass(model_or_class, cls))
+def family_of(model_or_config):
+    """The family name (a ``FAMILIES`` key) of a model or its description.
 
-    for cls, family in ((AxialResNet, "AxialResNet"), (ResNetV2, "BiT ResNetV2")):
-        if kind(cls):
-            return family
-    config = getattr(model_or_class, "config", config)
-    if config.encoder.axial:
+    Example:
+    >>> family_of(model_config("AxialResNet50")), family_of(model_config("R50+ViT-B/16"))
+    ('AxialResNet', 'hybrid ResNet+ViT')
+    """
+    config = getattr(model_or_config, "config", model_or_config)
+    if isinstance(config, ResNetConfig):
+        return "AxialResNet" if config.is_axial else "BiT ResNetV2"
+    if config.is_axial:
         return "Axial-ViT"
     return "ViT" if config.stem is None else "hybrid ResNet+ViT"
+
+
+def model_class(config):
+    """The class that builds a description: the family's classifier, or its backbone for a
+    description without a head."""
+    classifier = parse(_EXAMPLES[family_of(config)])[1]
+    return classifier if config.head is not None else classifier.backbone_cls
 
 
 def model_names():
@@ -167,19 +187,20 @@ def model_names():
 
 def build_model(name, *, image_size=224, num_classes=1000, **overrides):
     """The model a paper name stands for, randomly initialised: ``keras_vit.create_model``
-    with ``weights=None`` (``keras_vit.pretrained``, which documents the arguments). A ViT
-    with ``num_classes=None`` is its ``ViTBackbone``.
+    with ``weights=None`` (``keras_vit.pretrained``, which documents the arguments). With
+    ``num_classes=None`` it is the family's backbone.
 
     Example:
     >>> build_model("ViT-Ti/4", image_size=28, num_classes=10, num_channels=1).count_params()
     5353738
     """
-    _, model_class, config = parse(name)
-    if isinstance(config, ViTConfig):
-        model = model_keywords(overrides)
-        config = config.replace(image_size=image_size, num_classes=num_classes, **overrides)
-        if config.head is None:
-            return ViTBackbone(config, **model)
-        return ViTImageClassifier(config=config, **model)
-    config.update(overrides)
-    return model_class(image_size=image_size, num_classes=num_classes, **config)
+    _, _, config = parse(name)
+    model = model_keywords(overrides)
+    config = config.replace(image_size=image_size, num_classes=num_classes, **overrides)
+    return build(config, **model)
+
+
+def build(config, **model):
+    """The model of a description (``model_class``), with the model's own keywords ``model``
+    (``name``, ``dtype``, ``trainable``)."""
+    return model_class(config)(config=config, **model)

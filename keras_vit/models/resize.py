@@ -3,8 +3,8 @@
 Fine-tuning at a higher resolution keeps the patch size, so the token grid grows; the learned
 position embeddings are then resized with the official 2-D interpolation
 (``keras_vit.resize_position_embedding``). Every other weight is independent of the resolution
-and is copied as it is. A ViT (``ViTBackbone`` or ``ViTImageClassifier``) is built again from
-``model.config.replace(...)``, a ResNet from its constructor arguments, and the weights are
+and is copied as it is. A model (of any family, backbone or classifier) is built again from
+``model.config.replace(...)`` (what its description's ``resized`` says), and the weights are
 copied layer by layer, by the official layer names.
 """
 
@@ -18,36 +18,27 @@ from keras_vit.layers.position import (
     AddPositionEmbedding2D,
     resize_position_embedding,
 )
-from keras_vit.models.vit import DescribedModel
-
-
-def _described(model):
-    """Whether ``model`` is a ViT described by a ``ViTConfig`` (a backbone or a classifier)."""
-    return isinstance(model, DescribedModel)
+from keras_vit.models.base import DescribedModel
 
 
 def _new_config(model, dtype, changes):
-    """``model``'s ``get_config`` with ``changes`` and ``dtype``: a ViT's changes go to its
-    ``ViTConfig`` (``ViTConfig.replace`` names), a ResNet's to its constructor arguments."""
+    """``model``'s ``get_config`` with ``changes`` (its description's ``replace`` names) and
+    ``dtype``."""
+    if not isinstance(model, DescribedModel):
+        raise TypeError(f"keras_vit resizes its own models (a backbone or classifier of any "
+                        f"family), got {type(model).__name__}.")
     config = model.get_config()
     if dtype is not None:
         config["dtype"] = dtype
-    if _described(model):
-        config["config"] = model.config.replace(**changes).to_dict()
-        return config
-    unknown = sorted(set(changes) - set(config))
-    if unknown:
-        raise ValueError(f"{type(model).__name__} has no setting {', '.join(unknown)}; its "
-                         f"settings are {', '.join(sorted(config))}.")
-    config.update(changes)
+    config["config"] = model.config.replace(**changes).to_dict()
     return config
 
 
 def rebuild(model, skip=(), dtype=None, **changes):
     """A new model like ``model`` with ``changes``, weights copied over.
 
-    ``changes`` are ``ViTConfig.replace`` names for a ViT (``image_size``, ``patch_size``,
-    ``num_classes``...) and constructor arguments for a ResNet; ``dtype`` sets another dtype
+    ``changes`` are the description's ``replace`` names (``image_size``, ``patch_size``,
+    ``num_classes``...); ``dtype`` sets another dtype
     policy (``"mixed_bfloat16"``). Layers are matched by name. Position embeddings whose token
     count changed are resized with ``resize_position_embedding``; layers named in ``skip`` (e.g.
     a replaced head) keep their fresh initialisation; any other layer whose weight shapes
@@ -137,7 +128,7 @@ def resize_model(model, image_size):
     refused. Fine-tuning after the resize is what the paper does (Sec. 3.2).
 
     Args:
-        model: a keras_vit model (``ViTImageClassifier``, ``ViTBackbone``, ``ResNetV2``).
+        model: a keras_vit model, backbone or classifier, of any family.
         image_size: the new side (int) or (height, width); each a multiple of
             ``model.config.stride`` (the patch size, times the ResNet stride for a hybrid).
             ``None`` gives the model for any size at call time: the same weights, its position
@@ -154,37 +145,11 @@ def resize_model(model, image_size):
     >>> resize_model(model.backbone, (42, 70)).config.grid
     (6, 10)
     """
-    if image_size is None:
-        return _any_size(model)
-    height, width = pair("image_size", image_size)
-    if not _described(model):  # a ResNet: convolutions take any size
-        return rebuild(model, image_size=[height, width])
-    config = model.config
-    config.check_input((height, width), "new image")
-    old = config.image_size or (height, width)
-    if config.encoder.position_embedding == "relative" and (height, width) != old:
-        raise ValueError(
-            "This model uses relative position embeddings, whose tables are sized by the number "
-            "of tokens and have no official resize; resize_model supports learned 1-D and 2-D "
-            "absolute position embeddings (or none)."
-        )
-    changes = {"image_size": (height, width)}
-    if config.image_size is None:
-        changes["position_embedding_grid"] = None  # tables resized to the new grid, as above
-    return rebuild(model, **changes)
-
-
-def _any_size(model):
-    if not _described(model):
-        return rebuild(model, image_size=None)
-    if model.config.encoder.position_embedding == "relative":
-        raise ValueError(
-            "Relative position embeddings are sized by the number of tokens and need a fixed "
-            "image size; only models with learned 1-D/2-D embeddings (or none) take any size."
-        )
-    if model.config.image_size is None:
-        return rebuild(model)
-    return rebuild(model, image_size=None, position_embedding_grid=position_grid(model))
+    sides = None if image_size is None else pair("image_size", image_size)
+    if not isinstance(model, DescribedModel):
+        raise TypeError(f"resize_model takes a keras_vit model (a backbone or classifier of any "
+                        f"family), got {type(model).__name__}.")
+    return rebuild(model, **model.config.resized(sides))
 
 
 def _bilinear_matrix(new, old):
@@ -230,9 +195,9 @@ def resize_patch_size(model, patch_size):
     (4, (8, 8))
     """
     patch_size = positive_int("patch_size", patch_size)
-    if not _described(model):
-        raise TypeError("resize_patch_size takes a ViTImageClassifier or a ViTBackbone, got "
-                        f"{type(model).__name__}.")
+    if "patches" not in getattr(getattr(model, "config", None), "SECTIONS", {}):
+        raise TypeError("resize_patch_size takes a model with patches (a ViT, hybrid or "
+                        f"Axial-ViT: backbone or classifier), got {type(model).__name__}.")
     config = model.config
     if config.image_size is not None:
         stem = config.stride // config.patches.patch_size

@@ -7,7 +7,10 @@
   head on it, described by one ``ViTConfig``: the backbone's weights sit under
   ``layers/vi_t_backbone/`` and the head's (``pre_logits``, ``head``) stay at the top. The
   flat config maps onto the ``ViTConfig`` (``resnet`` is the ``stem``, the axial class is
-  ``axial=True``, ``num_classes=None`` a ``ViTBackbone``).
+  ``axial=True``, ``num_classes=None`` a ``ViTBackbone``). The ResNets were flat too: a
+  ``ResNetV2`` (BiT) or ``AxialResNet`` of constructor arguments (``block_units``,
+  ``width_factor``, ``num_heads``, ``num_classes``...), today a ``ResNetImageClassifier`` or
+  ``AxialResNetImageClassifier`` on its backbone, described by one ``ResNetConfig``.
 - The raw-weight layout (older still, flat too): the attention's projections were raw weights
   of the attention layer: ``query_kernel`` (D, H, hd), ``query_bias`` (H, hd), the same for
   ``key`` and ``value``, ``out_kernel`` (H, hd, D) and ``out_bias`` (D,) in
@@ -35,10 +38,16 @@ import zipfile
 import keras
 import numpy as np
 
-from keras_vit.models.base import MODEL_KEYWORDS
-from keras_vit.models.description import ViTConfig
+from keras_vit.models.description import MODEL_KEYWORDS, ResNetConfig, ViTConfig
 
-FLAT_CLASSES = ("VisionTransformer", "AxialVisionTransformer")  # the flat layout's ViT classes
+# The flat layout's classes -> (the description they map onto, today's classifier and backbone,
+# their module).
+FLAT_CLASSES = {
+    "VisionTransformer": (ViTConfig, "ViTImageClassifier", "ViTBackbone", "vit"),
+    "AxialVisionTransformer": (ViTConfig, "ViTImageClassifier", "ViTBackbone", "vit"),
+    "ResNetV2": (ResNetConfig, "ResNetImageClassifier", "ResNetBackbone", "resnet_v2"),
+    "AxialResNet": (ResNetConfig, "AxialResNetImageClassifier", "AxialResNetBackbone", "axial"),
+}
 _ATTENTION = {"query": 0, "key": 2, "value": 4, "out": 6}  # first of (kernel, bias) in the old
 
 
@@ -173,37 +182,36 @@ def _assign(model, old):
 
 
 def flat_config(class_name, config):
-    """The ``ViTConfig`` of a flat-layout ``VisionTransformer`` or ``AxialVisionTransformer``
-    config (its ``get_config``; ``name``, ``trainable`` and ``dtype`` are the model's own)."""
+    """The description of a flat-layout class's config (its ``get_config``; ``name``,
+    ``trainable`` and ``dtype`` are the model's own): a ``ViTConfig`` of a ``VisionTransformer``
+    or ``AxialVisionTransformer``, a ``ResNetConfig`` of a ``ResNetV2`` or ``AxialResNet``."""
     if class_name not in FLAT_CLASSES:
-        raise ValueError(f"{class_name!r} is not a class of the flat layout ({FLAT_CLASSES}).")
+        raise ValueError(f"{class_name!r} is not a class of the flat layout "
+                         f"({', '.join(FLAT_CLASSES)}).")
     flat = {k: v for k, v in config.items() if k not in MODEL_KEYWORDS}
-    flat["stem"] = flat.pop("resnet", None)
-    if class_name == "AxialVisionTransformer":
-        flat["axial"] = True
-    if flat.get("num_classes") is None and flat.get("representation_size") is not None:
-        raise ValueError(
-            "The file holds a feature extractor ending in a pre_logits layer (num_classes=None, "
-            f"representation_size={flat['representation_size']}), which today's models have no "
-            "form for: a ViTBackbone's output is the pooled token before any pre_logits. Load "
-            "the file with an earlier keras_vit and save its backbone's weights.")
-    return ViTConfig.from_keywords(**flat)
+    if class_name.endswith("VisionTransformer"):
+        flat["stem"] = flat.pop("resnet", None)
+        flat["axial"] = class_name == "AxialVisionTransformer"
+    elif class_name == "AxialResNet":
+        flat["axial"] = {"num_heads": flat.pop("num_heads", 8)}
+    return FLAT_CLASSES[class_name][0].from_keywords(**flat)
 
 
 def today_config(config):
-    """A file's ``config.json`` in today's layout: a flat ViT's becomes the ``ViTConfig`` of a
-    ``ViTImageClassifier`` (a ``ViTBackbone`` without classes); any other is kept. Keras then
-    builds it by its registered name, as it does a file of today."""
+    """A file's ``config.json`` in today's layout: a flat class's becomes the description of
+    today's classifier (its backbone without classes); any other is kept. Keras then builds it
+    by its registered name, as it does a file of today."""
     config = {k: v for k, v in config.items() if k != "compile_config"}
     if config["class_name"] not in FLAT_CLASSES:
         return config
     settings = config["config"]
-    vit_config = flat_config(config["class_name"], settings)
-    class_name = "ViTBackbone" if vit_config.head is None else "ViTImageClassifier"
+    description = flat_config(config["class_name"], settings)
+    _, classifier, backbone, module = FLAT_CLASSES[config["class_name"]]
+    class_name = backbone if description.head is None else classifier
     own = {k: settings[k] for k in MODEL_KEYWORDS if k in settings}
-    return {"module": "keras_vit.models.vit", "class_name": class_name,
+    return {"module": f"keras_vit.models.{module}", "class_name": class_name,
             "registered_name": f"keras_vit>{class_name}",
-            "config": {**own, "config": vit_config.to_dict()}}
+            "config": {**own, "config": description.to_dict()}}
 
 
 def _read_keras_file(path):
@@ -247,15 +255,22 @@ def upgrade_keras_file(source, target):
 
 
 class _FlatLayout:
-    """Stands, under its registered name, for a ViT class of the flat layout: loading a file
-    that names it raises an error naming the conversion, instead of Keras' "Could not locate
-    class"."""
+    """Stands, under its registered name, for a class of the flat layout: loading a file that
+    names it raises an error naming the conversion, instead of Keras' "Could not locate
+    class"; building one names today's class."""
+
+    def __init__(self, *args, **kwargs):
+        _, classifier, backbone, _ = FLAT_CLASSES[type(self).__name__]
+        raise TypeError(f"{type(self).__name__} is an earlier layout's class; today's is "
+                        f"keras_vit.{classifier} (keras_vit.{backbone} without classes), with "
+                        "the same keyword arguments.")
 
     @classmethod
     def from_config(cls, config):
+        _, classifier, backbone, _ = FLAT_CLASSES[cls.__name__]
         raise ValueError(
             f"The file holds a keras_vit {cls.__name__} of an earlier layout (one flat config, "
-            "before ViTBackbone and ViTImageClassifier split it). Convert it once with "
+            f"before {backbone} and {classifier} split it). Convert it once with "
             "keras_vit.models.upgrade.upgrade_keras_file('old.keras', 'new.keras') and load the "
             "new file (keras_vit.models.upgrade.load_legacy_model('old.keras') converts without "
             "writing one).")
@@ -272,3 +287,13 @@ class VisionTransformer(_FlatLayout):
 @keras.saving.register_keras_serializable(package="keras_vit")
 class AxialVisionTransformer(_FlatLayout):
     """The flat layout's Axial-ViT: refused with the name of the conversion."""
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class ResNetV2(_FlatLayout):
+    """The flat layout's BiT ResNet: refused with the name of the conversion."""
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class AxialResNet(_FlatLayout):
+    """The flat layout's AxialResNet: refused with the name of the conversion."""

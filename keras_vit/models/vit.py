@@ -21,54 +21,17 @@ from keras_vit.layers.encoder import Encoder
 from keras_vit.layers.patching import PatchEmbedding
 from keras_vit.layers.resnet import HybridStem
 from keras_vit.layers.tokens import TokenPooling
-from keras_vit.models import upgrade
-from keras_vit.models.base import QuantizableModel, class_layer
-from keras_vit.models.description import Head, ViTConfig, _owner
-from keras_vit.models.habits import Backbone, Task
+from keras_vit.models.base import DescribedModel
+from keras_vit.models.classifier import ImageClassifier
+from keras_vit.models.description import ViTConfig
+from keras_vit.models.habits import Backbone
 
 __all__ = ["ViTBackbone", "ViTImageClassifier", "describe"]
 
 
 def describe(config=None, keywords=None):
     """The ``ViTConfig`` of a ``config`` (object or dict) and/or flat keyword arguments."""
-    keywords = dict(keywords or {})
-    if config is None:
-        return ViTConfig.from_keywords(**keywords)
-    if not isinstance(config, (ViTConfig, dict)):
-        raise TypeError(f"config must be a ViTConfig or its to_dict() dict, got {config!r}.")
-    config = ViTConfig.from_dict(config)
-    return config.replace(**keywords) if keywords else config
-
-
-class DescribedModel(QuantizableModel):
-    """A functional model whose ``get_config`` is its ``ViTConfig`` (``self.config``)."""
-
-    def __init__(self, *, inputs, outputs, name, config, dtype=None, **kwargs):
-        super().__init__(inputs=inputs, outputs=outputs, name=name, dtype=dtype, **kwargs)
-        self.config = config
-
-    def get_config(self):
-        return {**self.base_config(), "config": self.config.to_dict()}
-
-    @classmethod
-    def from_config(cls, config):
-        config = cls.with_policy(config)
-        return cls(config=ViTConfig.from_dict(config.pop("config")), **config)
-
-    def load_weights(self, filepath, *args, **kwargs):
-        """``keras.Model.load_weights``; a file of an earlier keras_vit layout is refused with
-        the name of its converter (``keras_vit.models.upgrade``)."""
-        try:
-            return super().load_weights(filepath, *args, **kwargs)
-        except ValueError:
-            if str(filepath).endswith(".weights.h5"):
-                upgrade.check_earlier_layout(self, filepath)
-            raise
-
-    def call(self, inputs, training=None, mask=None):
-        if self.config.image_size is None:  # checked whenever the shape is known when traced
-            self.config.check_input(tuple(inputs.shape)[1:3])
-        return super().call(inputs, training=training, mask=mask)
+    return ViTBackbone.describe(config, keywords)
 
 
 class _Intermediates(keras.layers.Layer):
@@ -114,9 +77,11 @@ class ViTBackbone(Backbone, DescribedModel):
     ((2, 50, 32), (2, 32))
     """
 
+    config_class = ViTConfig
+
     def __init__(self, config=None, *, name="vit_backbone", dtype=None, trainable=True,
                  **keywords):
-        config = describe(config, keywords).replace(head=None)
+        config = self.describe(config, keywords).backbone()
         stem = None
         if config.stem is not None:
             stem = HybridStem(**config.stem.to_dict(), dtype=dtype, name="resnet")
@@ -181,46 +146,11 @@ class ViTBackbone(Backbone, DescribedModel):
         return self.encoder.position_embedding_layer(block)
 
 
-def _head_settings(backbone, config, keywords):
-    """The classifier's description: the backbone's, with the head of ``keywords``/``config``."""
-    if not isinstance(backbone, ViTBackbone):
-        raise TypeError(f"backbone must be a ViTBackbone, got {type(backbone).__name__}.")
-    foreign = sorted(k for k in keywords if k != "head" and _owner(k)[0] != "head")
-    if foreign:
-        raise TypeError(
-            f"{', '.join(foreign)} describe the backbone, which is already built; give a "
-            "ViTImageClassifier built on a backbone only head settings (num_classes, "
-            "representation_size, head_kernel_initializer, head_bias_init), or build a new "
-            "ViTBackbone with those settings.")
-    head = Head()
-    if config is not None:
-        config = describe(config)
-        if config.replace(head=None) != backbone.config:
-            raise ValueError(
-                f"The config describes another backbone (width {config.encoder.hidden_size}, "
-                f"{config.encoder.num_layers} blocks) than the one given (width "
-                f"{backbone.config.encoder.hidden_size}, {backbone.config.encoder.num_layers} "
-                "blocks): a head is made for one width. Pass only the head's settings "
-                "(num_classes=...) with a backbone.")
-        head = config.head
-    return backbone.config.replace(head=head, **keywords)
-
-
 @keras.saving.register_keras_serializable(package="keras_vit")
-class ViTImageClassifier(Task, DescribedModel):
+class ViTImageClassifier(ImageClassifier):
     """A classification head on a ``ViTBackbone`` (paper Sec. 3.1): logits (batch, num_classes),
-    float32 under a mixed policy.
-
-    Args:
-        backbone: the ``ViTBackbone`` to put the head on (shared, not copied); or leave it out
-            and describe the whole model with ``config`` and/or keywords.
-        config: a ``ViTConfig`` or its ``to_dict()`` (with a backbone: only its head is read).
-        **keywords: settings as ``ViTConfig.from_keywords`` takes them (with a backbone, only
-            the head's: ``num_classes``, ``representation_size``, ``head_kernel_initializer``,
-            ``head_bias_init``).
-        preprocessor: None (inputs already in [-1, 1] at the model's size), or an
-            ``ImagePreprocessor`` that ``predict``/``fit``/``evaluate`` run on raw images
-            (``keras_vit.models.habits``; ``from_preset`` attaches one).
+    float32 under a mixed policy (``keras_vit.models.classifier.ImageClassifier`` has the
+    arguments: a backbone and head settings, or the whole model's ``ViTConfig``/keywords).
 
     The head's kernel is zeros by default, as in the official code and the paper's fine-tuning
     (Sec. 3.2); ``representation_size`` adds the pre-training head's Dense + tanh hidden layer
@@ -238,43 +168,4 @@ class ViTImageClassifier(Task, DescribedModel):
     """
 
     backbone_cls = ViTBackbone
-
-    def __init__(self, backbone=None, *, config=None, name="vit", dtype=None, trainable=True,
-                 preprocessor=None, **keywords):
-        if backbone is None:
-            config = describe(config, keywords)
-            backbone = ViTBackbone(config, dtype=dtype, name="backbone")
-        else:
-            config = _head_settings(backbone, config, keywords)
-        if config.head is None:
-            raise ValueError("A ViTImageClassifier needs a head (num_classes); for the features "
-                             "alone use the ViTBackbone.")
-        head = config.head
-        inputs = keras.Input(backbone.input.shape[1:], name="images")
-        x = backbone(inputs)["pooled"]
-        if head.representation_size is not None:
-            x = keras.layers.Dense(head.representation_size, activation="tanh", dtype=dtype,
-                                   name="pre_logits")(x)
-        x = class_layer(head.num_classes, head.kernel_initializer, head.bias_init, dtype)(x)
-        super().__init__(inputs=inputs, outputs=x, name=name, config=config, dtype=dtype,
-                         trainable=trainable)
-        self.backbone = backbone
-        self.preprocessor = preprocessor
-
-    def get_layer(self, name=None, index=None):
-        """A layer by name: the head's (``head``, ``pre_logits``) or the backbone's, the
-        encoder's own included (``embedding``, ``encoderblock_3``, ``encoder_norm``...)."""
-        if name is not None and index is None and name not in ("head", "pre_logits"):
-            if name == self.backbone.name:
-                return self.backbone
-            return self.backbone.get_layer(name)
-        return super().get_layer(name, index)
-
-    def feature_extractor(self):
-        """A model from images to the head's input (the ``pre_logits`` features, or the pooled
-        representation), sharing this model's weights."""
-        if self.config.head.representation_size is None:
-            return keras.Model(self.backbone.input, self.backbone.output["pooled"],
-                               name=f"{self.name}_features")
-        return keras.Model(self.input, super().get_layer("pre_logits").output,
-                           name=f"{self.name}_features")
+    default_name = "vit"

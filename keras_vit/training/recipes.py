@@ -132,15 +132,14 @@ def prepare_finetuning(model, num_classes, *, image_size=None, keep_pre_logits=F
     not copied, so training the result trains ``model``'s backbone too (load the file again
     for an untouched copy). The ``pre_logits`` layer is dropped unless ``keep_pre_logits``
     (then its weights are carried over). With ``image_size`` the backbone first moves to that
-    resolution (position embeddings interpolated, ``resize_model``: a new backbone). A ResNet
-    gets its new zero head the same way, by its arguments. With ``lora_rank`` only the head and
+    resolution (position embeddings interpolated, ``resize_model``: a new backbone). A BiT
+    ResNet or AxialResNet gets its new head the same way. With ``lora_rank`` only the head and
     rank-``lora_rank`` LoRA factors of the attention projections (``lora_targets``: ``"qv"`` or
     ``"all"``) train (``keras_vit.models.lora``; ``merge_lora`` afterwards gives a plain
     model).
 
     Args:
-        model: a ``ViTImageClassifier``, a ``ViTBackbone``, a ``ResNetV2`` or an
-            ``AxialResNet``, pre-trained.
+        model: a keras_vit backbone or classifier of any family, pre-trained.
         num_classes: classes of the new task.
 
     Example:
@@ -163,10 +162,7 @@ def prepare_finetuning(model, num_classes, *, image_size=None, keep_pre_logits=F
 
     if image_size is not None and tuple(_image_size(model) or ()) != _pair(image_size):
         model = resize_model(model, image_size)
-    if hasattr(model, "config"):
-        model = _new_head(model, int(num_classes), keep_pre_logits)
-    else:
-        model = _new_resnet_head(model, int(num_classes))
+    model = _new_head(model, int(num_classes), keep_pre_logits)
     if lora_rank is not None:
         from keras_vit.models.lora import enable_lora
 
@@ -179,30 +175,22 @@ def _pair(size):
 
 
 def _image_size(model):
-    return model.config.image_size if hasattr(model, "config") else model.image_size
+    return model.config.image_size
 
 
 def _new_head(model, num_classes, keep_pre_logits):
-    """A zero-initialised head of ``num_classes`` on ``model``'s backbone (a ViT)."""
-    from keras_vit.models.vit import ViTImageClassifier
+    """A zero-initialised head of ``num_classes`` on ``model``'s backbone (any family)."""
+    from keras_vit.models.registry import model_class
 
     backbone = getattr(model, "backbone", model)
+    classifier = model_class(backbone.config.replace(num_classes=num_classes))
     head = model.config.head
     representation = head.representation_size if head is not None and keep_pre_logits else None
     policy = model.dtype_policy
     dtype = getattr(policy, "default_policy", policy)  # a quantized model's map: its default
-    new = ViTImageClassifier(backbone, num_classes=num_classes, dtype=dtype,
-                             representation_size=representation,
-                             name=model.name if backbone is not model else "vit")
+    new = classifier(backbone, num_classes=num_classes, dtype=dtype,
+                     representation_size=representation,
+                     name=model.name if backbone is not model else None)
     if representation is not None:
         new.get_layer("pre_logits").set_weights(model.get_layer("pre_logits").get_weights())
     return new
-
-
-def _new_resnet_head(model, num_classes):
-    """A ResNet built again with a zero-initialised head of ``num_classes``, every other
-    weight carried over."""
-    from keras_vit.models.resize import rebuild
-
-    return rebuild(model, skip=("head",), num_classes=num_classes,
-                   head_kernel_initializer="zeros", head_bias_init=0.0)
