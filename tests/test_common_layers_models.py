@@ -74,12 +74,16 @@ CASES = {
             TINY_VIT, num_classes=None, classifier="token", position_embedding="relative",
             axial=True), dtype=dtype),
         (2, 8, 8, 3), {"tokens": "bfloat16", "pooled": "bfloat16"}),
-    "AxialResNet": (
-        lambda dtype: keras_vit.AxialResNet(block_units=(1, 1), width_factor=0.5, num_heads=2,
-                                            num_classes=3, image_size=16, num_channels=1,
-                                            head_kernel_initializer="glorot_uniform",
-                                            head_bias_init=-1.0, dtype=dtype),
+    "AxialResNetImageClassifier": (
+        lambda dtype: keras_vit.AxialResNetImageClassifier(
+            block_units=(1, 1), width_factor=0.5, num_heads=2, num_classes=3, image_size=16,
+            num_channels=1, head_kernel_initializer="glorot_uniform", head_bias_init=-1.0,
+            dtype=dtype),
         (2, 16, 16, 1), "float32"),
+    "AxialResNetBackbone": (
+        lambda dtype: keras_vit.AxialResNetBackbone(
+            block_units=(1,), width_factor=0.5, num_heads=4, image_size=8, dtype=dtype),
+        (2, 8, 8, 3), {"feature_maps": "bfloat16", "pooled": "bfloat16"}),
     "MlpBlock": (
         lambda dtype: encoder.MlpBlock(16, dropout_rate=0.1, approximate_gelu=False, dtype=dtype),
         (2, 5, 8), "bfloat16"),
@@ -125,12 +129,15 @@ CASES = {
                            position_embedding_placement="every_layer", layer_norm_epsilon=1e-5,
                            dtype=dtype),
         (2, 8, 8, 1), "float32"),
-    "ResNetV2": (
-        lambda dtype: keras_vit.ResNetV2(block_units=(1, 1), width_factor=0.5, num_classes=3,
-                                         image_size=16, num_channels=1,
-                                         head_kernel_initializer="glorot_uniform",
-                                         head_bias_init=-1.0, dtype=dtype),
-        (2, 16, 16, 1), "float32"),
+    "ResNetImageClassifier": (  # a pre-logits layer alone: the features of a headless file
+        lambda dtype: keras_vit.ResNetImageClassifier(
+            block_units=(1, 1), width_factor=0.5, num_classes=None, representation_size=8,
+            image_size=16, num_channels=1, dtype=dtype),
+        (2, 16, 16, 1), "bfloat16"),
+    "ResNetBackbone": (
+        lambda dtype: keras_vit.ResNetBackbone(block_units=(1, 2), width_factor=1,
+                                               image_size=None, dtype=dtype),
+        (2, 24, 40, 3), {"feature_maps": "bfloat16", "pooled": "bfloat16"}),
     "MaskedPatchPrediction": (
         lambda dtype: mpp.MaskedPatchPrediction(
             _vit(stem=dict(num_layers=(), width_factor=0.5), patch_size=1, image_size=16,
@@ -141,7 +148,8 @@ CASES = {
 }
 # Constructor arguments that are no settings: a classifier's backbone is built again from the
 # ViTConfig of its config.
-NOT_SETTINGS = {"ViTImageClassifier": {"backbone"}}
+NOT_SETTINGS = dict.fromkeys(("ViTImageClassifier", "ResNetImageClassifier",
+                              "AxialResNetImageClassifier"), {"backbone"})
 # Registered objects that are not layers or models, checked by their own tests.
 NOT_LAYERS = {attention.FlatGlorotUniform: "tests/layers/test_attention_projections.py",
               schedules.WarmupLinearDecay: "tests/training/test_training_recipes.py",

@@ -398,7 +398,8 @@ def test_layout_map_errors():
     with pytest.raises(TypeError, match=r"not its name 'ViT-B/16'.*model_config\('ViT-B/16'\)"):
         distribution.layout_map("ViT-B/16", mesh)
     with pytest.raises(TypeError, match="ViTBackbone or ViTImageClassifier"):
-        distribution.layout_map(keras_vit.ResNetV2([1], 0.5, image_size=8), mesh)
+        distribution.layout_map(keras_vit.ResNetImageClassifier(
+            block_units=[1], width_factor=0.5, image_size=8), mesh)
 
 
 def test_check_batch_size():

@@ -41,9 +41,11 @@ def test_each_format_refuses_what_it_cannot_hold(format, kwargs, error, words):
 
 
 def test_bit_and_axial_models():
-    bit = keras_vit.ResNetV2(block_units=(1,), width_factor=0.5, num_classes=3, image_size=16)
-    check_expressible(bit, "official")
-    check_expressible(bit, "timm")
+    bit = keras_vit.ResNetImageClassifier(block_units=(1,), width_factor=0.5, num_classes=3,
+                                          image_size=16)
+    for model in (bit, bit.backbone):
+        check_expressible(model, "official")
+        check_expressible(model, "timm")
     for format in ("transformers", "keras_hub"):
         with pytest.raises(TypeError, match="no BiT ResNetV2"):
             check_expressible(bit, format)
@@ -52,12 +54,12 @@ def test_bit_and_axial_models():
         for model in (axial, axial.backbone):
             with pytest.raises(ValueError, match=f"Axial-ViT .* no {capabilities.name} layout"):
                 check_expressible(model, format)
-    resnet = keras_vit.AxialResNet(block_units=(1,), width_factor=0.5, num_heads=2,
-                                   num_classes=3, image_size=16)
+    resnet = keras_vit.AxialResNetImageClassifier(block_units=(1,), width_factor=0.5,
+                                                  num_heads=2, num_classes=3, image_size=16)
     with pytest.raises(ValueError, match="AxialResNet .* no official .npz layout"):
         check_expressible(resnet, "official")
     other = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
-    with pytest.raises(TypeError, match="expected a keras_vit ViTImageClassifier or ViTBackbone"):
+    with pytest.raises(TypeError, match="expected a keras_vit ViT .plain or hybrid. or BiT ResNet"):
         check_expressible(other, "official")
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from interop_helpers import assert_close, images, need, numpy, randomise_keras, randomise_torch
 
-from keras_vit import ResNetV2, ViTImageClassifier, load_checkpoint
+from keras_vit import ResNetImageClassifier, ViTImageClassifier, load_checkpoint
 from keras_vit.checkpoints.export import export_model
 from keras_vit.layers.encoder import gelu, gelu_through_erf
 
@@ -24,7 +24,8 @@ BACKEND = keras.backend.backend()
 
 def _model(kind):
     if kind == "bit":
-        model = ResNetV2(block_units=[1, 1], width_factor=1, num_classes=5, image_size=32)
+        model = ResNetImageClassifier(block_units=[1, 1], width_factor=1, num_classes=5,
+                                      image_size=32)
     else:
         stem = dict(num_layers=[1, 1], width_factor=1) if kind == "hybrid" else None
         model = ViTImageClassifier(image_size=32, patch_size=1 if stem else 8, hidden_size=32,

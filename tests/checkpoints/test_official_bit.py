@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import LOGIT_ATOL, fixture_path, shapes_only
-from keras_vit import ResNetV2, create_model, load_checkpoint, save_checkpoint
+from keras_vit import ResNetImageClassifier, create_model, load_checkpoint, save_checkpoint
 from keras_vit.checkpoints.official import read_checkpoint
 
 BIT = "bit_tiny_r2-1_w32"
@@ -35,8 +35,10 @@ def _assert_rel(actual, expected, rel=1e-5):
 
 def test_bit_fixture_logits_and_features(bit_model):
     io, model = _io(BIT), bit_model
-    assert isinstance(model, ResNetV2)
-    assert (model.block_units, model.width_factor, model.num_classes) == ([2, 1], 0.5, 10)
+    assert isinstance(model, ResNetImageClassifier)
+    stages = model.config.stages
+    assert (stages.block_units, stages.width_factor, model.config.head.num_classes) == (
+        (2, 1), 0.5, 10)
     np.testing.assert_allclose(model.predict(io["images"], verbose=0), io["logits"],
                                atol=LOGIT_ATOL, rtol=0)
     features = model.feature_extractor().predict(io["images"], verbose=0)
@@ -89,9 +91,9 @@ def test_bit_numbered_conv_names_load(tmp_path):
 
 def test_bit_new_head_and_resolution(bit_model):
     original = bit_model
-    assert original.image_size is None  # BiT files do not record a resolution
+    assert original.config.image_size is None  # BiT files do not record a resolution
     model = load_checkpoint(fixture_path(f"{BIT}.npz"), num_classes=3, image_size=48)
-    assert model.image_size == (48, 48) and model.num_classes == 3
+    assert model.config.image_size == (48, 48) and model.config.head.num_classes == 3
     np.testing.assert_array_equal(_numpy(model.get_layer("head").kernel), 0.0)
     x = np.random.default_rng(2).uniform(-1, 1, (2, 48, 48, 3)).astype("float32")
     np.testing.assert_allclose(model.feature_extractor().predict(x, verbose=0),
@@ -103,7 +105,7 @@ def test_keras_file_round_trip(tmp_path, images, bit_model):
     path = os.path.join(tmp_path, "bit.keras")
     model.save(path)
     loaded = keras.saving.load_model(path)
-    assert isinstance(loaded, ResNetV2) and loaded.get_config() == model.get_config()
+    assert isinstance(loaded, ResNetImageClassifier) and loaded.get_config() == model.get_config()
     np.testing.assert_array_equal(loaded.predict(images, verbose=0),
                                   model.predict(images, verbose=0))
 

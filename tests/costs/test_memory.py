@@ -120,12 +120,14 @@ def test_a_config_a_backbone_and_a_classifier():
     (ViTImageClassifier, dict(image_size=64, patch_size=1, hidden_size=64, num_layers=2,
                               num_heads=4, mlp_dim=128,
                               stem=dict(num_layers=(1, 1), width_factor=0.5)), True),
-    (keras_vit.ResNetV2, dict(image_size=64, block_units=(1, 1), width_factor=0.5), False),
+    (keras_vit.ResNetImageClassifier, dict(image_size=64, block_units=(1, 1), width_factor=0.5),
+     False),
     (ViTImageClassifier, dict(image_size=32, patch_size=8, hidden_size=32, num_layers=1,
                               num_heads=4, mlp_dim=64, axial=True), True),
     (ViTImageClassifier, dict(image_size=64, patch_size=8, hidden_size=64, num_layers=1,
                               num_heads=4, mlp_dim=128, classifier="gap", axial=True), False),
-    (keras_vit.AxialResNet, dict(image_size=32, block_units=(1,), width_factor=0.5), True),
+    (keras_vit.AxialResNetImageClassifier, dict(image_size=32, block_units=(1,),
+                                                width_factor=0.5), True),
 ])
 def test_agreement_with_xla(model_class, config, training):
     """Within the range measured by benchmarks/memory.py --xla (XLA_AGREEMENT), widened by

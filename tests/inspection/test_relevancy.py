@@ -207,6 +207,7 @@ def test_bad_inputs_name_the_fix():
 
 
 def test_a_model_without_attention_is_refused():
-    resnet = keras_vit.ResNetV2(block_units=(1,), width_factor=1, num_classes=3, image_size=32)
+    resnet = keras_vit.ResNetImageClassifier(block_units=(1,), width_factor=1, num_classes=3,
+                                             image_size=32)
     with pytest.raises(TypeError, match="no token attention"):
         relevancy(resnet, images(1, size=32))

@@ -25,8 +25,9 @@ def _tiny_axial_vit(**kwargs):
 
 
 def _tiny_axial_resnet(**kwargs):
-    return keras_vit.AxialResNet(**dict(dict(block_units=(1, 1), width_factor=0.5, num_heads=2,
-                                             num_classes=5, image_size=32), **kwargs))
+    return keras_vit.AxialResNetImageClassifier(**dict(dict(
+        block_units=(1, 1), width_factor=0.5, num_heads=2, num_classes=5, image_size=32),
+        **kwargs))
 
 
 def axial_vit_formula(size, patch, image_size=224, classes=1000):
@@ -94,7 +95,8 @@ def test_attention_layer_count_against_axial_deeplab():
 def test_names_families_and_published_weights():
     assert parse("Axial-ViT-S/8")[0] == "Axial-ViT"
     family, cls, config = parse("AxialResNet101x2")
-    assert (family, cls, config["width_factor"]) == ("AxialResNet", keras_vit.AxialResNet, 2)
+    assert (family, cls, config.stages.width_factor, config.axial.num_heads) == (
+        "AxialResNet", keras_vit.AxialResNetImageClassifier, 2, 8)
     with pytest.raises(ValueError, match="No weights exist for 'AxialResNet50'"):
         keras_vit.create_model("AxialResNet50", weights="imagenet21k/ViT-B_16")
 
@@ -159,7 +161,8 @@ def test_finetuning_and_fewshot():
         3, None, (24, 24))
     assert type(tuned) is keras_vit.ViTImageClassifier and tuned.config.encoder.axial
     resnet = prepare_finetuning(_tiny_axial_resnet(), 3)
-    assert resnet.num_classes == 3 and type(resnet) is keras_vit.AxialResNet
+    assert resnet.config.head.num_classes == 3
+    assert type(resnet) is keras_vit.AxialResNetImageClassifier
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, (12, 32, 32, 3)).astype("float32")
     y = np.arange(12) % 3

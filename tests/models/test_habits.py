@@ -11,7 +11,7 @@ import pytest
 from conftest import fixture_path, installed
 from keras_vit.models import habits, presets
 from keras_vit.models.preprocessor import ImagePreprocessor
-from keras_vit.models.resnet_v2 import ResNetV2
+from keras_vit.models.resnet_v2 import ResNetImageClassifier
 from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
 from tests import mirror
 
@@ -103,11 +103,12 @@ def test_broken_presets_are_refused_with_the_fix(classifier, tmp_path):
 
 
 def test_a_preset_of_another_model_type_is_refused(tmp_path):
-    resnet = ResNetV2(block_units=[1, 1, 1, 1], width_factor=1, image_size=32, num_classes=3)
+    resnet = ResNetImageClassifier(block_units=[1, 1, 1, 1], width_factor=1, image_size=32,
+                                   num_classes=3)
     folder = tmp_path / "resnet"
     os.makedirs(folder)
     presets._write_json(str(folder), "config.json", presets._serialized(resnet))
-    with pytest.raises(ValueError, match="holds a ResNetV2 .*not a ViTBackbone"):
+    with pytest.raises(ValueError, match="holds a ResNetImageClassifier .*not a ViTBackbone"):
         ViTImageClassifier.from_preset(folder)
     hub = {"registered_name": "keras_hub>ViTBackbone", "class_name": "ViTBackbone", "config": {}}
     presets._write_json(str(folder), "config.json", hub)

@@ -127,7 +127,7 @@ def test_a_merged_model_goes_to_keras_hub_and_back():
 def test_axial_models_take_lora():
     model = keras_vit.ViTImageClassifier(**TINY, axial=True)
     assert len(_adapted(lora.enable_lora(model, 2))) == 2 * 2 * 2  # row and column blocks
-    resnet = keras_vit.AxialResNet(block_units=(1,), width_factor=0.5, num_heads=2,
+    resnet = keras_vit.AxialResNetImageClassifier(block_units=(1,), width_factor=0.5, num_heads=2,
                                    num_classes=3, image_size=8)
     assert [p.rsplit("/", 1)[1] for p in _adapted(lora.enable_lora(resnet, 2, "all"))] == [
         "qkv", "qkv"]
@@ -162,10 +162,11 @@ def test_lora_errors_name_the_fix():
         lora.enable_lora(model, 2)
     with pytest.raises(ValueError, match="merge them into the kernels before quantizing"):
         model.quantize("int8")
-    bit = keras_vit.ResNetV2(block_units=(1,), width_factor=1, num_classes=3, image_size=8)
+    bit = keras_vit.ResNetImageClassifier(block_units=(1,), width_factor=1, num_classes=3,
+                                          image_size=8)
     with pytest.raises(ValueError, match="no query/value projections.*convolutions"):
         lora.enable_lora(bit, 2)
-    resnet = keras_vit.AxialResNet(block_units=(1,), width_factor=0.5, num_heads=2,
+    resnet = keras_vit.AxialResNetImageClassifier(block_units=(1,), width_factor=0.5, num_heads=2,
                                    num_classes=3, image_size=8)
     with pytest.raises(ValueError, match="fused qkv projection: use targets='all'"):
         lora.enable_lora(resnet, 2)

@@ -65,5 +65,6 @@ def test_bad_patch_sizes():
         keras_vit.resize_patch_size(model, 64)
     with pytest.raises(ValueError, match="not a multiple of the new patch size"):
         keras_vit.resize_patch_size(model, 5)
-    with pytest.raises(TypeError, match="takes a ViTImageClassifier or a ViTBackbone"):
-        keras_vit.resize_patch_size(keras_vit.ResNetV2([1], 0.5, image_size=32), 4)
+    bit = keras_vit.ResNetImageClassifier(block_units=[1], width_factor=0.5, image_size=32)
+    with pytest.raises(TypeError, match="takes a model with patches .a ViT, hybrid or Axial-ViT"):
+        keras_vit.resize_patch_size(bit, 4)

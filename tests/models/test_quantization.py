@@ -22,10 +22,10 @@ FAMILIES = {
         image_size=16, patch_size=1, stem=dict(num_layers=[1], width_factor=0.5), **TINY),
     "axial_vit": lambda: keras_vit.ViTImageClassifier(image_size=8, patch_size=4, axial=True,
                                                       **TINY),
-    "axial_resnet": lambda: keras_vit.AxialResNet(
+    "axial_resnet": lambda: keras_vit.AxialResNetImageClassifier(
         block_units=(1,), width_factor=0.5, num_heads=2, num_classes=3, image_size=8,
         head_kernel_initializer="glorot_uniform"),
-    "bit": lambda: keras_vit.ResNetV2(block_units=(1,), width_factor=1, num_classes=3,
+    "bit": lambda: keras_vit.ResNetImageClassifier(block_units=(1,), width_factor=1, num_classes=3,
                                       image_size=8, head_kernel_initializer="glorot_uniform"),
 }
 # Dense layers per family: 4 attention projections and 2 MLP layers a block (Axial-ViT: two

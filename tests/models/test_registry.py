@@ -15,7 +15,9 @@ def test_every_listed_name_parses_to_its_family():
     for family, (_, _, published) in registry.FAMILIES.items():
         for name in published:
             found, model_class, config = registry.parse(name)
-            assert found == family == registry.family_of(model_class, config)
+            assert found == family == registry.family_of(config)
+            assert registry.model_class(config) is model_class
+            assert registry.model_class(config.backbone()) is model_class.backbone_cls
 
 
 @pytest.mark.parametrize("spelling, name", [

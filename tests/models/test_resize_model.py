@@ -63,8 +63,9 @@ def test_resize_errors():
         keras_vit.resize_model(model, (16, 18))
     with pytest.raises(TypeError, match="no setting 'image_sise'"):
         rebuild(model, image_sise=32)
-    with pytest.raises(ValueError, match="ResNetV2 has no setting image_sise"):
-        rebuild(keras_vit.ResNetV2([1], 0.5, image_size=32), image_sise=32)
+    bit = keras_vit.ResNetImageClassifier(block_units=[1], width_factor=0.5, image_size=32)
+    with pytest.raises(TypeError, match="A ResNet has no setting 'image_sise'"):
+        rebuild(bit, image_sise=32)
 
 
 @pytest.mark.parametrize("classifier", ["token", "gap"])
@@ -141,9 +142,10 @@ def test_a_backbone_resizes_to_a_backbone():
 
 def test_a_resnet_takes_another_size_with_the_same_weights():
     for image_size in (32, None):  # a fixed size, and a model of any size
-        model = keras_vit.ResNetV2([1], 0.5, num_classes=3, image_size=image_size)
+        model = keras_vit.ResNetImageClassifier(block_units=[1], width_factor=0.5,
+                                                num_classes=3, image_size=image_size)
         bigger = keras_vit.resize_model(model, 64)
-        assert bigger.image_size == (64, 64)
+        assert bigger.config.image_size == (64, 64)
         for a, b in zip(model.get_weights(), bigger.get_weights()):
             np.testing.assert_array_equal(a, b)
-    assert keras_vit.resize_model(model, None).image_size is None
+    assert keras_vit.resize_model(model, None).config.image_size is None

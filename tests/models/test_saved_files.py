@@ -21,6 +21,10 @@ OLD_FILES = [(os.path.join(FOLDER, layout, f"{name}.keras"),
              for layout in ("flat_config", "raw_attention") for name in NAMES]
 AXIAL_RESNET = (os.path.join(FOLDER, "raw_attention", "axial_resnet.keras"),
                 os.path.join(FOLDER, "raw_attention", "axial_resnet_io.npz"))
+# The ResNets of the flat layout (ResNetV2, AxialResNet with Dense projections).
+RESNETS = [(os.path.join(FOLDER, "flat_config", f"{name}.keras"),
+            os.path.join(FOLDER, "flat_config", f"{name}_io.npz"))
+           for name in ("resnet_v2", "axial_resnet")]
 INT8 = (os.path.join(FOLDER, "flat_config", "vit_int8.keras"),
         os.path.join(FOLDER, "flat_config", "vit_int8_io.npz"))
 
@@ -50,19 +54,26 @@ def test_a_vit_file_of_an_earlier_layout_names_the_conversion(old, io):
         keras.saving.load_model(old)
 
 
-def test_an_axial_resnet_file_of_raw_weights_names_the_conversion():
-    with pytest.raises(ValueError, match=r"raw weights.*upgrade_keras_file\('old.keras'"):
-        keras.saving.load_model(AXIAL_RESNET[0])
+@pytest.mark.parametrize("old, io", [AXIAL_RESNET, *RESNETS], ids=_id)
+def test_a_resnet_file_of_an_earlier_layout_names_the_conversion(old, io):
+    name = "ResNetV2" if "resnet_v2" in old else "AxialResNet"
+    with pytest.raises(ValueError, match=f"{name} of an earlier layout.*"
+                                         r"upgrade_keras_file\('old.keras'"):
+        keras.saving.load_model(old)
 
 
-@pytest.mark.parametrize("old, io", [*OLD_FILES, AXIAL_RESNET], ids=_id)
+@pytest.mark.parametrize("old, io", [*OLD_FILES, AXIAL_RESNET, *RESNETS], ids=_id)
 def test_a_file_of_an_earlier_layout_converts_with_the_same_outputs(old, io, tmp_path):
     target = str(tmp_path / "new.keras")
     converted = upgrade.upgrade_keras_file(old, target)
     np.testing.assert_allclose(*_logits(converted, io), atol=1e-5)
     loaded = keras.saving.load_model(target)
     np.testing.assert_allclose(*_logits(loaded, io), atol=1e-5)
-    if "axial_resnet" not in old and "int8" not in old:  # today's classifier, same settings
+    if "resnet" in old:  # today's ResNet classifiers, on their backbones
+        assert type(loaded).__name__ == ("ResNetImageClassifier" if "resnet_v2" in old else
+                                         "AxialResNetImageClassifier")
+        assert loaded.config.head.num_classes == 3 and loaded.backbone.config.head is None
+    elif "int8" not in old:  # today's classifier, same settings
         today = keras.saving.load_model(os.path.join(FOLDER, os.path.basename(old)))
         assert type(loaded) is keras_vit.ViTImageClassifier
         assert loaded.config == today.config and loaded.name == today.name
@@ -90,9 +101,24 @@ def test_the_flat_config_maps_onto_a_vit_config():
     assert config.patches.num_channels == 1 and not config.encoder.axial
     assert upgrade.flat_config("AxialVisionTransformer", flat).encoder.axial
     assert upgrade.flat_config("VisionTransformer", dict(flat, num_classes=None)).head is None
-    with pytest.raises(ValueError, match="pre_logits layer.*no form"):
-        upgrade.flat_config("VisionTransformer", dict(flat, num_classes=None,
-                                                      representation_size=4))
+    # a feature extractor ending in its pre-logits layer: a head of that layer alone
+    features = upgrade.flat_config("VisionTransformer", dict(flat, num_classes=None,
+                                                             representation_size=4)).head
+    assert (features.num_classes, features.representation_size) == (None, 4)
+
+
+def test_the_flat_resnet_configs_map_onto_resnet_configs():
+    flat = dict(block_units=[3, 4], width_factor=2, num_classes=None, image_size=[64, 64],
+                num_channels=1, head_kernel_initializer="zeros", head_bias_init=0.0, name="r",
+                trainable=True, dtype="float32")
+    bit = upgrade.flat_config("ResNetV2", flat)
+    assert (bit.stages.block_units, bit.stages.width_factor, bit.axial, bit.head) == (
+        (3, 4), 2, None, None)
+    axial = upgrade.flat_config("AxialResNet", dict(flat, num_heads=4, num_classes=5))
+    assert (axial.axial.num_heads, axial.head.num_classes) == (4, 5)
+    with pytest.raises(TypeError, match="ResNetV2 is an earlier layout's class; today's is "
+                                        "keras_vit.ResNetImageClassifier"):
+        upgrade.ResNetV2(block_units=[1], width_factor=1)
 
 
 def _flat_feature_extractor(tmp_path):

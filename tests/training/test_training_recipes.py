@@ -147,10 +147,11 @@ def test_prepare_finetuning_at_a_new_resolution():
 
 @pytest.mark.parametrize("image_size", [32, None])
 def test_prepare_finetuning_a_bit_model_at_a_new_resolution(image_size):
-    model = keras_vit.ResNetV2([1], 0.5, num_classes=10, image_size=image_size,
-                               head_kernel_initializer="glorot_uniform")
+    model = keras_vit.ResNetImageClassifier(block_units=[1], width_factor=0.5, num_classes=10,
+                                            image_size=image_size,
+                                            head_kernel_initializer="glorot_uniform")
     tuned = training.prepare_finetuning(model, 3, image_size=64)
-    assert tuned.image_size == (64, 64) and tuned.num_classes == 3
+    assert tuned.config.image_size == (64, 64) and tuned.config.head.num_classes == 3
     assert not np.any(tuned.get_layer("head").get_weights()[0])
     for a, b in zip(model.get_layer("block1").get_weights(),
                     tuned.get_layer("block1").get_weights()):
