@@ -45,7 +45,7 @@ def xla_table(only=None):
     AxialResNet configurations (those whose label contains ``only``, if given)."""
     import keras
 
-    from keras_vit import AxialResNet, ResNetV2, ViTImageClassifier
+    from keras_vit import AxialResNetImageClassifier, ResNetImageClassifier, ViTImageClassifier
     from keras_vit.costs.memory import memory, xla_memory
 
     vit = dict(num_classes=10)
@@ -62,19 +62,19 @@ def xla_table(only=None):
         ("hybrid (2,1,1)", ViTImageClassifier, dict(vit, image_size=64, patch_size=1,
          hidden_size=64, num_layers=1, num_heads=2, mlp_dim=128,
          stem=dict(num_layers=(2, 1, 1), width_factor=0.5)), 8),
-        ("BiT (1,1)", ResNetV2, dict(vit, image_size=64, block_units=(1, 1),
+        ("BiT (1,1)", ResNetImageClassifier, dict(vit, image_size=64, block_units=(1, 1),
          width_factor=0.5), 8),
-        ("BiT (2,1,1)", ResNetV2, dict(vit, image_size=64, block_units=(2, 1, 1),
+        ("BiT (2,1,1)", ResNetImageClassifier, dict(vit, image_size=64, block_units=(2, 1, 1),
          width_factor=0.5), 8),
         ("Axial-ViT D64 L2", ViTImageClassifier, dict(vit, axial=True, image_size=64,
          patch_size=8, hidden_size=64, num_layers=2, num_heads=4, mlp_dim=256), 16),
         ("Axial-ViT gap D96", ViTImageClassifier, dict(vit, axial=True, image_size=64,
          patch_size=4, hidden_size=96, num_layers=2, num_heads=3, mlp_dim=192,
          classifier="gap"), 8),
-        ("AxialResNet (1,1)", AxialResNet, dict(vit, image_size=64, block_units=(1, 1),
-         width_factor=0.5, num_heads=2), 8),
-        ("AxialResNet (2,1,1)", AxialResNet, dict(vit, image_size=64, block_units=(2, 1, 1),
-         width_factor=0.5, num_heads=4), 8),
+        ("AxialResNet (1,1)", AxialResNetImageClassifier, dict(vit, image_size=64,
+         block_units=(1, 1), width_factor=0.5, num_heads=2), 8),
+        ("AxialResNet (2,1,1)", AxialResNetImageClassifier, dict(vit, image_size=64,
+         block_units=(2, 1, 1), width_factor=0.5, num_heads=4), 8),
     ]
     print(f"memory model / XLA:CPU (jax {__import__('jax').__version__}, keras "
           f"{keras.__version__}): argument + output - alias + temp bytes of the compiled step")
