@@ -97,10 +97,13 @@ class Plan:
 
     def outcome(self):
         """One line on what the run did with its plan, e.g. ``Trained 47 epochs (planned 44;
-        re-planned to 46 after epoch 2, to 47 after epoch 9).``"""
-        changes = ", ".join(f"to {r.epochs} after epoch {r.after_epoch}" for r in self.replans)
-        return (f"Trained {self.final_epochs} epochs (planned {self.epochs}"
-                f"{'; re-planned ' + changes if changes else ', not re-planned'}).")
+        re-planned twice, last to 47 after epoch 9).`` (each re-plan: ``replans``)."""
+        if not self.replans:
+            return f"Trained {self.final_epochs} epochs (planned {self.epochs}, not re-planned)."
+        count = {1: "once", 2: "twice"}.get(len(self.replans), f"{len(self.replans)} times")
+        last = self.replans[-1]
+        return (f"Trained {self.final_epochs} epochs (planned {self.epochs}; re-planned {count}, "
+                f"last to {last.epochs} after epoch {last.after_epoch}).")
 
     def describe(self):
         """The plan's line, then each re-plan's and the outcome once the run is over."""

@@ -164,7 +164,7 @@ def test_epochs_faster_than_planned_lengthen_the_run_and_its_schedule(monkeypatc
     assert [(r["after_epoch"], r["epochs"]) for r in plan["replans"]] == [(2, 6)]
     assert re.search(r"Re-plan after epoch 2: 6 epochs, at 150\.\d\d s an epoch \(planned "
                      r"300\.00 s\), expected to end at 9\d\d s of the 1000 s budget\.", printed)
-    assert "Trained 6 epochs (planned 3; re-planned to 6 after epoch 2)." in printed
+    assert "Trained 6 epochs (planned 3; re-planned once, last to 6 after epoch 2)." in printed
     assert plan["final_epochs"] == metrics["epochs_completed"] == 6
     assert [r["epoch"] for r in metrics["history"] if "val_accuracy" in r] == [4, 6]
     # The saved optimizer carries the schedule as trained: it ends at the last step, at 0.
@@ -269,6 +269,13 @@ def test_steps_faster_than_planned_fill_the_budget(seed):
     assert plan.final_epochs > plan.epochs and plan.replans
     assert 0.95 * 600 <= end <= 600
     assert plan.replans[-1].expected_seconds <= 600
+    lines = plan.describe().splitlines()  # the first plan, each re-plan, what was trained
+    assert lines[0].startswith("Plan: 113.8 ms a training step") and len(lines) == len(
+        plan.replans) + 2
+    assert lines[-1].startswith(f"Trained {plan.final_epochs} epochs (planned {plan.epochs}; ")
+    recorded = json.loads(json.dumps(plan.to_dict()))  # as metrics.json keeps it
+    assert recorded["final_epochs"] == plan.final_epochs
+    assert [r["epochs"] for r in recorded["replans"]] == [r.epochs for r in plan.replans]
 
 
 @pytest.mark.parametrize("step_seconds", [
