@@ -4,7 +4,7 @@ A fixed epoch count ends on time only on the machine it was tuned on. ``measure_
 this machine instead, before the learning-rate schedule is built: a few steps of the model's real
 compiled train step (the first call, which compiles, is timed apart), a few evaluation batches
 and one write of the weights (the backup every epoch makes). It then puts the model's variables
-back, so the run that follows trains exactly as ``--epochs`` with the planned number would; the
+back, so the run that follows starts as ``--epochs`` with the planned number would; the
 measurement costs one extra compilation and a few dozen steps, and the plan counts that time too.
 ``plan_epochs`` then takes the most epochs whose expected time fits the budget:
 
