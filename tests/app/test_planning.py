@@ -100,15 +100,15 @@ def test_measuring_leaves_the_model_as_it_was(monkeypatch, tmp_path):
     assert len(folders) == 2 and not os.path.exists(folders[0])  # a scratch folder, removed
 
 
-def _planned_epochs_of(seconds, monkeypatch):
-    """Costs of an epoch of 300 s (4 steps of 75 s) for the plan, and epochs of ``seconds`` on
+def _planned_epochs_of(seconds, monkeypatch, step=75.0):
+    """Costs of an epoch of 4 steps of ``step`` seconds for the plan, and epochs of ``seconds`` on
     the re-plans' clock: the plan and the fake clock, not this machine, set the length, so the
     tests are quick whatever the load. Returns the counts of test batches measured."""
     measured, offset = [], [0.0]
 
     def measure(model, train_batches, test_batches, test_batch_count, epoch_end):
         measured.append(test_batch_count)
-        return _costs(step=75.0, compile_seconds=0.0, eval_seconds=0.0,
+        return _costs(step=step, compile_seconds=0.0, eval_seconds=0.0,
                       eval_compile_seconds=0.0, epoch_overhead_seconds=0.0)
 
     def on_epoch_end(replanner, epoch, logs=None):
@@ -152,18 +152,22 @@ def test_train_plans_from_the_measured_costs_and_records_the_plan(monkeypatch, t
 @pytest.mark.backend_dependent  # the schedule's variables in each backend's compiled step
 def test_epochs_faster_than_planned_lengthen_the_run_and_its_schedule(monkeypatch, tmp_path,
                                                                       capsys):
-    _planned_epochs_of(150.0, monkeypatch)  # twice as fast as planned
+    # Epochs of 3000 s planned in a budget of 10000 s, and twice as fast: the seconds this
+    # machine takes before training are far within one epoch.
+    _planned_epochs_of(1500.0, monkeypatch, step=750.0)
     out = str(tmp_path / "run")
-    assert cli.main(["train", *TINY, "--time-budget", "1000", "--output", out]) == 0
+    assert cli.main(["train", *TINY, "--time-budget", "10000", "--output", out]) == 0
     printed = capsys.readouterr().out
     with open(os.path.join(out, run_files.METRICS)) as f:
         metrics = json.load(f)
     plan = metrics["plan"]
-    assert plan["epochs"] == 3, "took more than 47 s before training"
-    # after epoch 2 (300 s): 4 more of 150 s end at 903 s, within 1000 - 5 % of the 700 s left
+    assert plan["epochs"] == 3
+    # after epoch 2 (3000 s): 4 more of 1500 s end at 9003 s, within 10000 less 5 % of the
+    # 7000 s left; a 7th would end at 10503 s
     assert [(r["after_epoch"], r["epochs"]) for r in plan["replans"]] == [(2, 6)]
-    assert re.search(r"Re-plan after epoch 2: 6 epochs, at 150\.\d\d s an epoch \(planned "
-                     r"300\.00 s\), expected to end at 9\d\d s of the 1000 s budget\.", printed)
+    assert re.search(r"Re-plan after epoch 2: 6 epochs, at 1500\.\d\d s an epoch \(planned "
+                     r"3000\.00 s\), expected to end at 90\d\d s of the 10000 s budget\.",
+                     printed)
     assert "Trained 6 epochs (planned 3; re-planned once, last to 6 after epoch 2)." in printed
     assert plan["final_epochs"] == metrics["epochs_completed"] == 6
     assert [r["epoch"] for r in metrics["history"] if "val_accuracy" in r] == [4, 6]
@@ -181,7 +185,7 @@ class Killed(Exception):
 
 @pytest.mark.backend_dependent  # the schedule's variables restored from each backend's backup
 def test_a_resumed_run_ends_where_its_last_replan_did(monkeypatch, tmp_path, capsys):
-    _planned_epochs_of(150.0, monkeypatch)
+    _planned_epochs_of(1500.0, monkeypatch, step=750.0)  # as above: 3 epochs, then 6
     replanned = planning.Replanner.on_epoch_end
 
     def killed_after_epoch_3(replanner, epoch, logs=None):
@@ -191,7 +195,7 @@ def test_a_resumed_run_ends_where_its_last_replan_did(monkeypatch, tmp_path, cap
 
     monkeypatch.setattr(planning.Replanner, "on_epoch_end", killed_after_epoch_3)
     out = str(tmp_path / "run")
-    argv = ["train", *TINY, "--time-budget", "1000", "--output", out]
+    argv = ["train", *TINY, "--time-budget", "10000", "--output", out]
     with pytest.raises(Killed):
         cli.main(argv)
     assert len(run_files.read_history(out)) == 2
