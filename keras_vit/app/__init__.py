@@ -6,7 +6,8 @@ teaching notebooks. They import ``keras_vit``, never the reverse.
 - ``commands``: each command's run function; ``runs`` what they share (data, model, run folder),
   ``train`` (``train``, ``pretrain-mpp``), ``finetune``, ``evaluate`` (``evaluate``, ``fewshot``);
   ``convert`` is the library's ``keras_vit.checkpoints.convert``.
-- ``run_files``: the folder a run writes; ``planning``: the epochs that fit a time budget.
+- ``run_files``: the folder a run writes; ``planning``: the epochs that fit a time budget, and
+  their re-plans as the run trains.
 - ``backend_choice``: the command's Keras backend, chosen in ``main`` before Keras is imported.
 - ``errors``: ``UsageError``, what a command reports as one line instead of a traceback.
 - ``runtime``: the notebooks' side: Colab or Kaggle, their devices, the one set-up cell's

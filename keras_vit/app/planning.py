@@ -4,7 +4,7 @@ A fixed epoch count ends on time only on the machine it was tuned on. ``measure_
 this machine instead, before the learning-rate schedule is built: a few steps of the model's real
 compiled train step (the first call, which compiles, is timed apart), a few evaluation batches
 and one write of the weights (the backup every epoch makes). It then puts the model's variables
-back, so the run that follows trains exactly as ``--epochs`` with the planned number would; the
+back, so the run that follows starts as ``--epochs`` with the planned number would; the
 measurement costs one extra compilation and a few dozen steps, and the plan counts that time too.
 ``plan_epochs`` then takes the most epochs whose expected time fits the budget:
 
@@ -17,6 +17,29 @@ measurement costs one extra compilation and a few dozen steps, and the plan coun
 
 44 epochs of 11.9 s, 12 evaluations, 4 + 1 s of compiling and 3 s of saving, after the 12 s spent
 before training: 561.6 s, within 95 % of 600 s (``MARGIN``); 45 epochs would end at 573.5 s.
+
+A few dozen steps do not tell how fast the whole run will go: later steps may run faster (caches
+warm, other programs end) or slower. So the run re-plans as it learns its real epoch time
+(``Replanner``): after every epoch from the second on (the first compiles), it takes the most
+epochs whose expected end still leaves free ``MARGIN`` of the time left in the budget, plus the
+spread of the last few epochs (the next one may be as slow as the slowest of them). An epoch is
+timed from the end of the one before, its writes included and its evaluation taken out (the
+evaluations are counted apart); the expected epoch is the slower of the run's mean so far and
+the last few epochs' mean, so a machine that slows down is believed at once and one that speeds
+up as its faster epochs add up. The margin is the first plan's at the start and shrinks with the
+time left, so the run ends near the budget; one that falls behind is shortened, down to stopping
+after the epoch just done, rather than overrun. Changes smaller than ``SETTLE`` of the epochs
+ahead are left alone, as noise.
+
+The learning-rate schedule follows each new length without a jump: its decay's end moves, and
+the decay goes on from where it is to its end value at the new last step
+(``keras_vit.training.schedules.AdjustableWarmupDecay``), in the compiled train step, whose
+variables the optimizer carries (``keras_vit.training.optimizers.AdjustableAdamW``). Two other
+ways were worse: recomputing the schedule for the new total moves the rate by the change in
+progress (a jump, largest mid-run), and freezing the length after a first re-plan leaves the
+later changes of speed unplanned. Keras cannot lengthen a ``fit`` under way, so the run is fitted
+for at most ``GROWTH`` times its first plan and stopped when its plan is done: one history, one
+backup and one evaluation cadence, kept to the current plan.
 """
 
 import dataclasses
@@ -33,6 +56,11 @@ FINISH_SECONDS = 3.0  # model.keras, curves.png and metrics.json at the end
 WARMUP_STEPS = 3  # the first compiles; the next ones may still warm caches
 MEASURED_STEPS = 30
 EVAL_BATCHES = 4
+RECENT_EPOCHS = 5  # a re-plan trusts the recent epochs: a machine's load changes during a run
+GROWTH = 4  # a re-plan may lengthen a run to this many times its first plan
+# A re-plan changes the length by at least this part of the epochs ahead: smaller changes are
+# the estimate's noise, and well within MARGIN of the time left.
+SETTLE = 0.02
 
 
 @dataclasses.dataclass
@@ -60,8 +88,31 @@ class Plan:
     evaluations: int
     expected_seconds: float  # of the whole run, elapsed_seconds included
     costs: Costs
+    replans: list = dataclasses.field(default_factory=list)  # each ``Replan`` that changed it
+    final_epochs: int | None = None  # the epochs trained, once the run is over
+
+    def epoch_seconds(self):
+        """Seconds an epoch of training and its writes is expected to take (no evaluation)."""
+        return self.steps_per_epoch * self.costs.step_seconds + self.costs.epoch_overhead_seconds
+
+    def outcome(self):
+        """One line on what the run did with its plan, e.g. ``Trained 47 epochs (planned 44;
+        re-planned twice, last to 47 after epoch 9).`` (each re-plan: ``replans``)."""
+        if not self.replans:
+            return f"Trained {self.final_epochs} epochs (planned {self.epochs}, not re-planned)."
+        count = {1: "once", 2: "twice"}.get(len(self.replans), f"{len(self.replans)} times")
+        last = self.replans[-1]
+        return (f"Trained {self.final_epochs} epochs (planned {self.epochs}; re-planned {count}, "
+                f"last to {last.epochs} after epoch {last.after_epoch}).")
 
     def describe(self):
+        """The plan's line, then each re-plan's and the outcome once the run is over."""
+        lines = [self._first_line(), *(r.describe(self) for r in self.replans)]
+        if self.final_epochs is not None:
+            lines.append(self.outcome())
+        return "\n".join(lines)
+
+    def _first_line(self):
         c = self.costs
         return (f"Plan: {c.step_seconds * 1e3:.1f} ms a training step (measured over "
                 f"{c.steps_measured} steps, compilation excluded), {self.steps_per_epoch} steps an "
@@ -72,6 +123,22 @@ class Plan:
 
     def to_dict(self):
         return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class Replan:
+    """A new length for a run under way (``Replanner``)."""
+
+    after_epoch: int
+    epochs: int
+    epoch_seconds: float  # the epoch expected from now on: training and writes, no evaluation
+    expected_seconds: float  # of the whole run under the new length, from its start
+
+    def describe(self, plan):
+        return (f"Re-plan after epoch {self.after_epoch}: {self.epochs} epochs, at "
+                f"{self.epoch_seconds:.2f} s an epoch (planned {plan.epoch_seconds():.2f} s), "
+                f"expected to end at {self.expected_seconds:.0f} s of the "
+                f"{plan.budget_seconds:g} s budget.")
 
 
 def check_budget(seconds):
@@ -183,6 +250,112 @@ def measure_costs(model, train_batches, test_batches, test_batch_count, epoch_en
         variable.assign(value)
     return Costs(step, compile_seconds, eval_seconds, eval_compile, overhead, clock.steps,
                  time.perf_counter() - start)
+
+
+class Replanner(keras.callbacks.Callback):
+    """Ends a run at its adjustable schedule's end and, given the run's first ``plan``, moves
+    that end after every epoch to the most epochs that fit the budget (module docstring).
+
+    ``schedule``: the run's ``AdjustableWarmupDecay``, whose end, in epochs, is the run's
+    length: a resumed run reads it from its backup (restored before the first epoch begins).
+    ``validations(epochs)``: the epochs after which a run of that length evaluates; the list
+    ``validation_freq`` given to ``fit`` is kept to the current length. ``started``: when the
+    run began, on ``clock`` (the wall clock). ``epochs``: a length to set at the start instead
+    (``--epochs`` when resuming). ``progress``: the ``ProgbarLogger`` whose "Epoch k/N" shows
+    the current length. Placed before the backup among the callbacks, so that each backup holds
+    the schedule that the epochs after it follow.
+    """
+
+    clock = staticmethod(time.time)  # as ``Run.started``; tests set a clock of their own
+
+    def __init__(self, schedule, steps_per_epoch, validations, *, plan=None, started=0.0,
+                 epochs=None, progress=None):
+        super().__init__()
+        self.schedule, self.steps_per_epoch, self.validations = (
+            schedule, steps_per_epoch, validations)
+        self.plan, self.started, self.fixed, self.progress = plan, started, epochs, progress
+        self.validation_freq = []  # changed in place: Keras reads it after every epoch
+        self.epochs = self.done = self.last_end = self.test_start = self.message = None
+        self.periods, self.evaluations = [], []  # seconds of each epoch, of each evaluation
+        self.evaluating = 0.0  # evaluation seconds since the last epoch ended
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self.epochs is None:  # the first epoch of this process: the schedule is restored
+            self.done = epoch
+            self._set_length(self.schedule.end_step // self.steps_per_epoch)
+            if self.fixed is not None:
+                self._set_length(self.fixed)
+        self._say()
+
+    def on_test_begin(self, logs=None):
+        self.test_start = self.clock()
+
+    def on_test_end(self, logs=None):
+        seconds = self.clock() - self.test_start
+        self.evaluations.append(seconds)
+        self.evaluating += seconds
+
+    def on_epoch_end(self, epoch, logs=None):
+        now, self.done = self.clock(), epoch + 1
+        if self.last_end is not None:  # the first epoch compiles: not a typical one
+            self.periods.append(now - self.last_end - self.evaluating)
+        self.last_end, self.evaluating = now, 0.0
+        if self.plan is not None and self.periods and self.done < self.epochs:
+            self._replan(now)  # once the schedule has ended, the run ends with it
+        if self.done >= self.epochs:
+            self.model.stop_training = True
+
+    def on_train_end(self, logs=None):
+        if self.plan is not None:
+            self.plan.final_epochs = self.done
+        self._say()
+
+    def _replan(self, now):
+        recent = self.periods[-RECENT_EPOCHS:]
+        epoch_seconds = max(_mean(self.periods), _mean(recent))
+        elapsed, budget = now - self.started, self.plan.budget_seconds
+        # Kept free: the noise of the time still ahead, and an epoch as slow as a recent one.
+        usable = budget - MARGIN * (budget - elapsed) - (max(recent) - _mean(recent))
+        epochs = self.done
+        while (epochs < GROWTH * self.plan.epochs
+               and elapsed + self._ahead(epochs + 1, epoch_seconds) <= usable):
+            epochs += 1
+        if abs(epochs - self.epochs) >= max(1, SETTLE * (self.epochs - self.done)):
+            replan = Replan(self.done, epochs, epoch_seconds,
+                            elapsed + self._ahead(epochs, epoch_seconds))
+            self.plan.replans.append(replan)
+            self.message = replan.describe(self.plan)
+            self._set_length(epochs)
+
+    def _ahead(self, epochs, epoch_seconds):
+        """Seconds from now to the last file written of a run of ``epochs``."""
+        costs = self.plan.costs
+        validations = [e for e in self.validations(epochs) if e > self.done]
+        # The final evaluation compiles its own function, the first validation the test step.
+        compiles = 1 + bool(validations and not self.evaluations)
+        evaluation_seconds = self.evaluations[-1] if len(self.evaluations) > 1 \
+            else costs.eval_seconds  # the first one compiled
+        return ((epochs - self.done) * epoch_seconds + costs.epoch_overhead_seconds
+                + (len(validations) + 1) * evaluation_seconds
+                + compiles * costs.eval_compile_seconds + FINISH_SECONDS)
+
+    def _set_length(self, epochs):
+        if self.epochs not in (None, epochs) and epochs > self.done:  # stopping moves nothing
+            step = self.done * self.steps_per_epoch
+            self.schedule.adjust(step, epochs * self.steps_per_epoch)
+        self.epochs = epochs
+        self.validation_freq[:] = self.validations(epochs)
+        if self.progress is not None:
+            self.progress.epochs = epochs
+
+    def _say(self):
+        if self.message:
+            print(self.message)
+            self.message = None
+
+
+def _mean(values):
+    return sum(values) / len(values)
 
 
 class OverrunWarning(keras.callbacks.Callback):

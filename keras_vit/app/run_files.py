@@ -89,8 +89,10 @@ class AtomicBackup(keras.callbacks.BackupAndRestore):
 
 # Options a resumed run may change: output and validation do not change what is trained, and a
 # new --epochs stretches or shortens the schedule to the new total (train longer, or stop sooner).
-# A run planned from --time-budget records its planned epochs, which a resumed run keeps.
-_RESUME_FREE = ("output", "verbose", "validate", "validate_every", "epochs", "time_budget")
+# A run planned from --time-budget records its first planned epochs and that it re-plans them
+# ("replanned", which a resumed run takes over): its backup's schedule ends at the last re-plan.
+_RESUME_FREE = ("output", "verbose", "validate", "validate_every", "epochs", "time_budget",
+                "replanned")
 
 
 def interrupted_run_config(run_dir):

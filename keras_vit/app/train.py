@@ -12,6 +12,7 @@ from keras_vit import data
 from keras_vit.app import configs, planning, run_files, runs
 from keras_vit.app.errors import UsageError
 from keras_vit.training.mpp import MaskedPatchPrediction
+from keras_vit.training.optimizers import AdjustableAdamW
 from keras_vit.training.recipes import pretraining_optimizer
 
 
@@ -59,6 +60,7 @@ def _steps_per_epoch(examples, batch_size):
 
 
 def _pretraining_optimizer(config, steps_per_epoch, epochs=None, **options):
+    """The pre-training recipe for a run of ``epochs`` (``config.epochs`` unless given)."""
     total_steps = steps_per_epoch * (epochs or config.epochs)
     return pretraining_optimizer(
         total_steps, learning_rate=config.learning_rate,
@@ -66,11 +68,13 @@ def _pretraining_optimizer(config, steps_per_epoch, epochs=None, **options):
         decay=config.decay, weight_decay=config.weight_decay, **options)
 
 
-def _compile(model, config, steps_per_epoch, epochs):
-    """Compile ``model`` with the pre-training recipe for a run of ``epochs``."""
+def _compile(model, config, steps_per_epoch, epochs, adjustable):
+    """Compile ``model`` with the pre-training recipe for a run of ``epochs``, whose length can
+    move while it trains when ``adjustable`` (a re-planned run); returns the optimizer."""
     optimizer = _pretraining_optimizer(config, steps_per_epoch, epochs=epochs,
-                                       global_clipnorm=config.clipnorm)
+                                       global_clipnorm=config.clipnorm, adjustable=adjustable)
     runs.compile_model(model, optimizer, config.label_smoothing)
+    return optimizer
 
 
 def _validation_epochs(epochs, every):
@@ -83,9 +87,11 @@ def _validation_epochs(epochs, every):
     return sorted({*range(every, epochs + 1, every), epochs})
 
 
-def _resumable_callbacks(run, epochs):
+def _resumable_callbacks(run, epochs, adjustable):
     """``(log, callbacks, resuming)``: the epoch log and a backup that resumes a killed run."""
-    recorded = dict(run.config.to_dict(), epochs=epochs)  # a planned length is kept for resuming
+    # A planned length is kept for resuming, and whether the run re-plans it: the backup of
+    # such a run holds its schedule, whose end is the length to resume to.
+    recorded = dict(run.config.to_dict(), epochs=epochs, replanned=adjustable)
     resuming = run_files.check_resume(run.run_dir, recorded)
     if resuming:
         print(f"Resuming the interrupted run in {run.run_dir}")
@@ -116,37 +122,78 @@ def _check_train_config(config):
     planning.check_budget(config.time_budget)
 
 
+def _validations(config):
+    """The epochs after which a run of ``epochs`` evaluates the test set during training."""
+    def epochs_of(epochs):
+        return _validation_epochs(epochs, config.validate_every) if config.validate else []
+    return epochs_of
+
+
 def _evaluations(config):
     """How many test-set evaluations a run of ``epochs`` makes: validations and the final one."""
-    def count(epochs):
-        validations = _validation_epochs(epochs, config.validate_every) if config.validate else []
-        return len(validations) + 1
-    return count
+    validations = _validations(config)
+    return lambda epochs: len(validations(epochs)) + 1
 
 
-def _plan(run, scratch, test_ds):
-    """``(epochs, plan)``: the fixed ``--epochs``, the length of the interrupted run this one
-    resumes, or the most epochs the budget allows (``keras_vit.app.planning``)."""
+def _plan(run, scratch, test_ds, earlier):
+    """``(epochs, plan)``: the fixed ``--epochs``, the length of the interrupted run
+    (``earlier``'s options) this one resumes, or the most epochs the budget allows: a
+    ``planning.Plan`` then, which the run re-plans as it trains (``keras_vit.app.planning``)."""
     config = run.config
     if config.epochs is not None:
         return config.epochs, {"epochs": config.epochs, "fixed": True}
-    earlier = run_files.interrupted_run_config(run.run_dir)
     if earlier is not None and earlier.get("epochs"):
         return earlier["epochs"], {"epochs": earlier["epochs"], "resumed": True}
+    # Measured on the train step the run compiles (with a schedule of any length).
+    _compile(scratch.model, config, scratch.steps_per_epoch, epochs=10**6, adjustable=True)
     costs = planning.measure_costs(scratch.model, scratch.new_batches(), test_ds,
                                    runs.count_batches(test_ds), epoch_end=_epoch_end_writes)
     plan = planning.plan_epochs(config.time_budget, elapsed_seconds=time.time() - run.started,
                                 costs=costs, steps_per_epoch=scratch.steps_per_epoch,
                                 evaluations=_evaluations(config))
     print(plan.describe())
-    return plan.epochs, plan.to_dict()
+    return plan.epochs, plan
+
+
+def _replanner(run, optimizer, steps_per_epoch, plan):
+    """The callback that ends a run at its adjustable schedule's end, re-planned from the
+    budget when ``plan`` is a first start's ``planning.Plan``."""
+    return planning.Replanner(
+        optimizer.schedule, steps_per_epoch, _validations(run.config),
+        plan=plan if isinstance(plan, planning.Plan) else None, started=run.started,
+        epochs=run.config.epochs, progress=keras.callbacks.ProgbarLogger())
+
+
+def _fit(run, scratch, test_ds, epochs, plan, optimizer):
+    """Train for ``epochs`` (``optimizer`` an ``AdjustableAdamW``: for the length its schedule
+    ends at, re-planned or resumed); returns ``(log, resuming)``."""
+    config, adjustable = run.config, isinstance(optimizer, AdjustableAdamW)
+    log, callbacks, resuming = _resumable_callbacks(run, epochs, adjustable)
+    validation_freq = _validation_epochs(epochs, config.validate_every)
+    if adjustable:
+        replanner = _replanner(run, optimizer, scratch.steps_per_epoch, plan)
+        callbacks = [replanner, *callbacks, replanner.progress]  # before the backup: see there
+        validation_freq = replanner.validation_freq
+        epochs = config.epochs or planning.GROWTH * epochs  # fit stops at the planned end
+    if config.epochs is not None:
+        callbacks.append(planning.OverrunWarning(config.time_budget, run.started, epochs))
+    # One endless iterator with a fixed epoch length: a new tf.data iterator every epoch slows
+    # long jax runs down (docs/results.md).
+    scratch.model.fit(scratch.batches, epochs=epochs, steps_per_epoch=scratch.steps_per_epoch,
+                      shuffle=False, validation_data=test_ds if config.validate else None,
+                      validation_freq=validation_freq, callbacks=callbacks,
+                      verbose=config.keras_verbose())
+    if isinstance(plan, planning.Plan):
+        print(plan.outcome())
+    return log, resuming
 
 
 def train(config):
     """Train a model from scratch (pre-training recipe: AdamW, warmup + decay, clipping).
 
     ``config``: a ``TrainConfig`` or a dict of its fields. Without ``epochs``, the run measures
-    its step time and plans as many epochs as fit ``time_budget`` seconds (``planning``).
+    its step time, plans as many epochs as fit ``time_budget`` seconds and re-plans them as it
+    learns its real epoch time (``planning``).
     Resumes from ``<output>/backup`` when an earlier run with the same output was interrupted.
     """
     config = configs.TrainConfig.coerce(config)
@@ -163,19 +210,12 @@ def train(config):
                       per_device=config.batch_size // device["devices"])
     print(runs.describe(batch_plan, config.batch_size))
     test_ds = runs.evaluation_batches(run, model, config.batch_size)
-    if config.epochs is None:  # measured on the train step the run compiles (any long schedule)
-        _compile(model, config, scratch.steps_per_epoch, epochs=10**6)
-    epochs, plan = _plan(run, scratch, test_ds)
-    _compile(model, config, scratch.steps_per_epoch, epochs=epochs)
-    log, callbacks, resuming = _resumable_callbacks(run, epochs)
-    if plan.get("fixed"):
-        callbacks.append(planning.OverrunWarning(config.time_budget, run.started, epochs))
-    # One endless iterator with a fixed epoch length: a new tf.data iterator every epoch slows
-    # long jax runs down (docs/results.md).
-    model.fit(scratch.batches, epochs=epochs, steps_per_epoch=scratch.steps_per_epoch,
-              shuffle=False, validation_data=test_ds if config.validate else None,
-              validation_freq=_validation_epochs(epochs, config.validate_every),
-              callbacks=callbacks, verbose=config.keras_verbose())
+    earlier = run_files.interrupted_run_config(run.run_dir)
+    epochs, plan = _plan(run, scratch, test_ds, earlier)
+    # A run planned to the budget re-plans its length; a resumed one keeps its kind of schedule.
+    adjustable = isinstance(plan, planning.Plan) or bool(earlier and earlier.get("replanned"))
+    optimizer = _compile(model, config, scratch.steps_per_epoch, epochs, adjustable)
+    log, resuming = _fit(run, scratch, test_ds, epochs, plan, optimizer)
     metrics = runs.evaluate_model(model, test_ds)
     metrics.update(
         epochs_completed=len(log.records),
@@ -184,7 +224,7 @@ def train(config):
         augmentation=scratch.augmentation,
         resize_size=scratch.resize_size,
         optimizer_iterations=int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
-        plan=plan,
+        plan=plan.to_dict() if isinstance(plan, planning.Plan) else plan,
         batch_plan=dict(batch_plan, loss_scaling=runs.loss_scaling(model)),
     )
     return run.finish(model, metrics, log, title=f"{model_name} on {run.info.name}")

@@ -9,20 +9,26 @@ Example:
 
 from keras_vit import _submodules
 from keras_vit.training.mpp import MaskedPatchPrediction
-from keras_vit.training.optimizers import AccumulatingSGD, TraceSGD
+from keras_vit.training.optimizers import AccumulatingSGD, AdjustableAdamW, TraceSGD
 from keras_vit.training.recipes import (
     classification_loss,
     finetuning_optimizer,
     prepare_finetuning,
     pretraining_optimizer,
 )
-from keras_vit.training.schedules import WarmupLinearDecay, warmup_schedule
+from keras_vit.training.schedules import (
+    AdjustableWarmupDecay,
+    WarmupLinearDecay,
+    warmup_schedule,
+)
 
 # Modules not imported above are imported when first reached as attributes.
 __getattr__, __dir__ = _submodules.attribute_hook(__name__)
 
 __all__ = [
     "AccumulatingSGD",
+    "AdjustableAdamW",
+    "AdjustableWarmupDecay",
     "MaskedPatchPrediction",
     "TraceSGD",
     "WarmupLinearDecay",

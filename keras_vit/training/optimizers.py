@@ -14,6 +14,9 @@ learning rate, different ones as soon as the rate changes (warmup, decay), which
 published recipe. ``TraceSGD`` is the optax form; with ``gradient_accumulation_steps`` (Keras'
 own accumulation: the mean of the micro-batch gradients, then clipping, then the update) its
 schedule runs on the update count, as optax's does, not on the micro-batch count.
+
+``AdjustableAdamW`` is the pre-training optimizer of a run whose length is re-planned while it
+trains: ``AdamW`` carrying the variables of its schedule, whose end moves.
 """
 
 import keras
@@ -96,3 +99,25 @@ class TraceSGD(UpdateCountSchedule, keras.optimizers.Optimizer):
 class AccumulatingSGD(UpdateCountSchedule, keras.optimizers.SGD):
     """Keras' ``SGD`` (``v = m v - lr g; p += v``) whose schedule counts updates when it
     accumulates gradients; without accumulation it is exactly ``keras.optimizers.SGD``."""
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class AdjustableAdamW(keras.optimizers.AdamW):
+    """Keras' ``AdamW`` that carries its learning-rate schedule's variables among its own
+    (``keras_vit.training.schedules.AdjustableWarmupDecay``, a decay whose end can move).
+
+    Under jax a compiled train step reads only the variables it is given, the optimizer's among
+    them: a variable of the schedule alone would be read once, when the step is traced. As the
+    optimizer's, the schedule's variables are passed to every step, saved with the optimizer
+    (backups, ``model.keras``) and restored with it. With another schedule it is ``AdamW``.
+    """
+
+    def __init__(self, learning_rate=0.001, **kwargs):
+        super().__init__(learning_rate=learning_rate, **kwargs)
+        # A tuple set as an attribute of a Keras optimizer: its variables are tracked.
+        self.schedule_variables = tuple(getattr(learning_rate, "variables", ()))
+
+    @property
+    def schedule(self):
+        """The learning-rate schedule (or rate) it was made with."""
+        return self._learning_rate

@@ -30,12 +30,13 @@ count, the head replaced by a zero-initialised Dense, often at a higher resoluti
 import keras
 
 from keras_vit.checks import positive_int
-from keras_vit.training.schedules import warmup_schedule
+from keras_vit.training.optimizers import AdjustableAdamW
+from keras_vit.training.schedules import AdjustableWarmupDecay, warmup_schedule
 
 
 def pretraining_optimizer(total_steps, *, learning_rate=1e-3, warmup_steps=10_000, decay="linear",
                           end_learning_rate=1e-5, weight_decay=0.1, global_clipnorm=1.0,
-                          beta_1=0.9, beta_2=0.999, epsilon=1e-8):
+                          beta_1=0.9, beta_2=0.999, epsilon=1e-8, adjustable=False):
     """AdamW with the paper's pre-training settings and the official warmup/decay schedule.
 
     Args:
@@ -46,15 +47,23 @@ def pretraining_optimizer(total_steps, *, learning_rate=1e-3, warmup_steps=10_00
         weight_decay: decay in the paper's convention (see the module docstring).
         global_clipnorm: clip the global gradient norm (1: Table 3's ImageNet runs; None
             disables, as the paper's JFT-300M and ImageNet-21k runs).
+        adjustable: the same schedule, whose end can move while training
+            (``AdjustableWarmupDecay`` in an ``AdjustableAdamW``: a run re-planned to a time
+            budget).
 
     Example:
     >>> optimizer = pretraining_optimizer(1000, warmup_steps=100)
     >>> optimizer.beta_1, optimizer.beta_2, optimizer.weight_decay, optimizer.global_clipnorm
     (0.9, 0.999, 0.1, 1.0)
     """
-    return keras.optimizers.AdamW(
-        learning_rate=warmup_schedule(learning_rate, total_steps, warmup_steps, decay,
-                                      end_learning_rate),
+    if adjustable:
+        schedule = AdjustableWarmupDecay(learning_rate, total_steps, warmup_steps, decay,
+                                         end_learning_rate)
+    else:
+        schedule = warmup_schedule(learning_rate, total_steps, warmup_steps, decay,
+                                   end_learning_rate)
+    return (AdjustableAdamW if adjustable else keras.optimizers.AdamW)(
+        learning_rate=schedule,
         weight_decay=weight_decay,
         beta_1=beta_1,
         beta_2=beta_2,

@@ -15,6 +15,8 @@ official trainer's fine-tuning steps, tests/training/test_official_finetuning.py
 accumulation ``keras_vit.training.optimizers`` keeps the count on updates).
 """
 
+import math
+
 import keras
 
 DECAYS = ("cosine", "linear")
@@ -96,3 +98,95 @@ def warmup_schedule(learning_rate, total_steps, warmup_steps=0, decay="cosine",
         0.0, total_steps - warmup_steps, warmup_target=float(learning_rate),
         warmup_steps=warmup_steps,
     )
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class AdjustableWarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """``warmup_schedule``'s warmup and decay, whose end can move while the run trains.
+
+    A run planned to a time budget learns its real step time only as it trains
+    (``keras_vit.app.planning``). ``adjust(step, total_steps)`` then moves the decay's end:
+    from ``step`` on, the decay's progress goes on from where it is to 1 at the new end, linearly
+    in the step. So the rate never jumps and never rises after the warmup, and reaches its end
+    value at the new last step; only the slope of the rest of the decay changes, the less the
+    earlier and the smaller the change. Never adjusted, it is ``warmup_schedule``'s schedule.
+
+    The warmup length, the end and the point the decay last moved from are variables: the
+    optimizer carries them with its own (``AdjustableAdamW``), so compiled train steps read
+    their current values and backups save and restore them. Values of steps before the last
+    adjustment are not kept (the rate a step had is the one it was trained with).
+
+    Example:
+    >>> schedule = AdjustableWarmupDecay(1e-3, total_steps=110, warmup_steps=10, decay="linear",
+    ...                                  end_learning_rate=0.0)
+    >>> [round(float(schedule(t)), 6) for t in (5, 10, 60)]
+    [0.0005, 0.001, 0.0005]
+    >>> schedule.adjust(60, total_steps=160)  # half the decay done; the other half over 100 steps
+    >>> [round(float(schedule(t)), 6) for t in (60, 110, 160, 200)]
+    [0.0005, 0.00025, 0.0, 0.0]
+    """
+
+    def __init__(self, learning_rate, total_steps, warmup_steps=0, decay="cosine",
+                 end_learning_rate=1e-5, anchor_step=None, anchor_progress=0.0):
+        super().__init__()
+        _check_steps(int(total_steps), int(warmup_steps))
+        if decay not in DECAYS:
+            raise ValueError(f"Unknown decay {decay!r}; use one of {DECAYS}.")
+        self.learning_rate = float(learning_rate)
+        self.decay = decay
+        self.end_learning_rate = float(end_learning_rate)
+        anchor_step = warmup_steps if anchor_step is None else anchor_step
+        self.warmup_steps, self.total_steps, self.anchor_step, self.anchor_progress = (
+            keras.Variable(float(value), dtype="float32", trainable=False, name=name)
+            for value, name in ((warmup_steps, "warmup_steps"), (total_steps, "total_steps"),
+                                (anchor_step, "anchor_step"), (anchor_progress, "anchor_progress")))
+
+    @property
+    def variables(self):
+        return (self.warmup_steps, self.total_steps, self.anchor_step, self.anchor_progress)
+
+    def progress(self, step):
+        """How far the decay is at ``step``: 0 until the warmup ends, 1 from its end on."""
+        step = keras.ops.cast(step, "float32")
+        span = keras.ops.maximum(self.total_steps - self.anchor_step, 1.0)
+        ahead = keras.ops.clip((step - self.anchor_step) / span, 0.0, 1.0)
+        return self.anchor_progress + (1.0 - self.anchor_progress) * ahead
+
+    def __call__(self, step):
+        progress = self.progress(step)
+        if self.decay == "cosine":  # to 0, as Keras' CosineDecay
+            lr = self.learning_rate * 0.5 * (1.0 + keras.ops.cos(math.pi * progress))
+        else:
+            lr = self.end_learning_rate + (
+                self.learning_rate - self.end_learning_rate) * (1.0 - progress)
+        step = keras.ops.cast(step, "float32")
+        warmup = keras.ops.minimum(1.0, step / keras.ops.maximum(self.warmup_steps, 1.0))
+        return lr * keras.ops.where(self.warmup_steps > 0, warmup, 1.0)
+
+    def adjust(self, step, total_steps):
+        """End the decay at ``total_steps``, going on from ``step`` (the next step to train)."""
+        anchor = max(float(step), _value(self.warmup_steps))
+        progress = float(keras.ops.convert_to_numpy(self.progress(anchor)))
+        self.anchor_step.assign(anchor)
+        self.anchor_progress.assign(progress)
+        self.total_steps.assign(max(float(total_steps), anchor + 1.0))
+
+    @property
+    def end_step(self):
+        """The step the decay now ends at (the run's length in steps)."""
+        return int(round(_value(self.total_steps)))
+
+    def get_config(self):
+        return {
+            "learning_rate": self.learning_rate,
+            "total_steps": self.end_step,
+            "warmup_steps": int(round(_value(self.warmup_steps))),
+            "decay": self.decay,
+            "end_learning_rate": self.end_learning_rate,
+            "anchor_step": _value(self.anchor_step),
+            "anchor_progress": _value(self.anchor_progress),
+        }
+
+
+def _value(variable):
+    return float(keras.ops.convert_to_numpy(variable))

@@ -1,4 +1,5 @@
 import math
+import warnings
 
 import keras
 import numpy as np
@@ -6,7 +7,7 @@ import pytest
 
 import keras_vit
 from keras_vit import training
-from keras_vit.training import WarmupLinearDecay, warmup_schedule
+from keras_vit.training import AdjustableWarmupDecay, WarmupLinearDecay, warmup_schedule
 
 
 def official(step, base, total, warmup, decay, end=1e-5):
@@ -44,6 +45,88 @@ def test_schedule_bad_inputs():
         warmup_schedule(1e-3, 0)
     with pytest.raises(ValueError, match="Unknown decay"):
         warmup_schedule(1e-3, 100, decay="step")
+
+
+@pytest.mark.parametrize("decay", ["cosine", "linear"])
+@pytest.mark.parametrize("warmup", [0, 50])
+def test_an_adjustable_schedule_never_adjusted_is_the_official_one(decay, warmup):
+    schedule = AdjustableWarmupDecay(3e-2, total_steps=400, warmup_steps=warmup, decay=decay)
+    steps = np.array([0, 1, 25, 49, 50, 51, 100, 225, 399, 400, 500])
+    got = keras.ops.convert_to_numpy(schedule(steps))
+    want = [official(step, 3e-2, 400, warmup, decay) for step in steps]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-9)
+
+
+@pytest.mark.parametrize("decay", ["cosine", "linear"])
+@pytest.mark.parametrize("new_total", [300, 700])
+def test_adjusting_the_end_keeps_the_rate_and_ends_the_decay_there(decay, new_total):
+    schedule = AdjustableWarmupDecay(1.0, total_steps=500, warmup_steps=50, decay=decay,
+                                     end_learning_rate=0.0)
+    before = float(keras.ops.convert_to_numpy(schedule(200)))
+    schedule.adjust(200, new_total)
+    rates = keras.ops.convert_to_numpy(schedule(np.arange(200, new_total + 50)))
+    assert rates[0] == pytest.approx(before, rel=1e-6)  # no jump where it moved
+    assert np.all(np.diff(rates) <= 1e-7)  # and never a rise
+    assert rates[new_total - 200] == pytest.approx(0.0, abs=1e-7) == rates[-1]
+    assert schedule.end_step == new_total
+    clone = AdjustableWarmupDecay.from_config(schedule.get_config())  # what model.keras holds
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(clone(np.arange(200, new_total))),
+                               rates[:new_total - 200], rtol=1e-6, atol=1e-9)
+
+
+def test_adjusting_in_the_warmup_is_the_schedule_of_the_new_length():
+    schedule = AdjustableWarmupDecay(1.0, total_steps=500, warmup_steps=100)
+    schedule.adjust(40, 900)
+    steps = np.arange(0, 1000, 7)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(schedule(steps)),
+                               [official(t, 1.0, 900, 100, "cosine") for t in steps],
+                               rtol=1e-5, atol=1e-7)
+
+
+def test_adjustable_schedule_bad_inputs():
+    with pytest.raises(ValueError, match="warmup_steps"):
+        AdjustableWarmupDecay(1e-3, 100, 100)
+    with pytest.raises(ValueError, match="Unknown decay"):
+        AdjustableWarmupDecay(1e-3, 100, decay="step")
+
+
+def _bias_fit(optimizer, adjust_after, to_steps):
+    """Steps of rate ``lr`` on a loss whose gradient is constant move the bias by ``-lr`` each
+    (Adam normalises the gradient): the bias after a ``fit`` is minus the sum of the rates
+    applied. The schedule's end moves to ``to_steps`` after epoch ``adjust_after``."""
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(optimizer=optimizer, loss="mean_absolute_error")  # targets far below
+
+    class Adjust(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch + 1 == adjust_after:
+                optimizer.schedule.adjust((epoch + 1) * 4, to_steps)
+
+    model.fit(np.zeros((32, 3), "float32"), np.full((32, 1), -1e3, "float32"), batch_size=8,
+              epochs=4, verbose=0, shuffle=False, callbacks=[Adjust()])
+    return float(keras.ops.convert_to_numpy(model.layers[0].bias)[0]), model
+
+
+def test_the_compiled_step_reads_the_adjusted_schedule_and_saves_it(tmp_path):
+    optimizer = training.pretraining_optimizer(40, learning_rate=1.0, warmup_steps=4,
+                                               decay="linear", end_learning_rate=0.0,
+                                               weight_decay=0.0, global_clipnorm=None,
+                                               adjustable=True)
+    assert isinstance(optimizer, training.AdjustableAdamW)
+    assert isinstance(optimizer.schedule, training.AdjustableWarmupDecay)
+    bias, model = _bias_fit(optimizer, adjust_after=2, to_steps=16)
+    # warmup 0, .25, .5, .75; 1 then down to 36/36 -> 33/36 of the way; from step 8 the rest
+    # over 8 steps: 8/9 (1 - k/8) for k = 0..7
+    rates = [0, .25, .5, .75, 1, 35 / 36, 34 / 36, 33 / 36] + [8 / 9 * (1 - k / 8)
+                                                               for k in range(8)]
+    assert bias == pytest.approx(-sum(rates), rel=1e-5)  # a schedule read once: 11.67
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e.g. Keras skipping the optimizer's variables
+        restored = keras.saving.load_model(path)
+    assert int(keras.ops.convert_to_numpy(restored.optimizer.iterations)) == 16
+    assert restored.optimizer.schedule.get_config() == optimizer.schedule.get_config()
 
 
 def test_pretraining_optimizer_settings():
