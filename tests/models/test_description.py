@@ -53,7 +53,8 @@ def test_the_model_config_is_the_description():
 def test_a_head_of_another_width_or_backbone_settings_are_refused():
     backbone = ViTBackbone(**TINY)
     wider = ViTConfig.from_keywords(**{**TINY, "hidden_size": 64}, num_classes=3)
-    with pytest.raises(ValueError, match="another backbone than the one given .hidden_size 64 against 32"):
+    with pytest.raises(ValueError, match="another backbone than the one given "
+                                         ".hidden_size 64 against 32"):
         ViTImageClassifier(backbone, config=wider)
     with pytest.raises(TypeError, match="hidden_size describe the backbone"):
         ViTImageClassifier(backbone, hidden_size=64, num_classes=3)
