@@ -28,6 +28,8 @@ import os
 import keras
 import numpy as np
 
+from keras_vit.checks import positive_int
+
 MODEL_AXIS = "model"
 
 # (pattern over variable paths, sharded axes); each pattern matches one weight of every block.
@@ -130,9 +132,7 @@ def check_batch_size(batch_size, replicas=None):
     64
     """
     replicas = num_replicas() if replicas is None else int(replicas)
-    if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
-        raise ValueError(f"The batch size must be a positive integer, got {batch_size!r}.")
-    batch_size = int(batch_size)
+    batch_size = positive_int("The batch size", batch_size)
     if batch_size % replicas:
         lower = max(replicas, batch_size // replicas * replicas)
         raise ValueError(

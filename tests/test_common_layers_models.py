@@ -153,6 +153,8 @@ NOT_SETTINGS = dict.fromkeys(("ViTImageClassifier", "ResNetImageClassifier",
 # Registered objects that are not layers or models, checked by their own tests.
 NOT_LAYERS = {attention.FlatGlorotUniform: "tests/layers/test_attention_projections.py",
               schedules.WarmupLinearDecay: "tests/training/test_training_recipes.py",
+              schedules.AdjustableWarmupDecay: "tests/training/test_training_recipes.py",
+              optimizers.AdjustableAdamW: "tests/training/test_training_recipes.py",
               optimizers.TraceSGD: "tests/training/test_training_recipes.py",
               optimizers.AccumulatingSGD: "tests/training/test_training_recipes.py",
               preprocessor.ImagePreprocessor: "tests/models/test_habits.py",

@@ -201,25 +201,18 @@ def _prepare(config, head_keys, pre_logits_keys, num_classes, drop_pre_logits, i
         skip |= head_keys
         classes = num_classes or None
     head_settings = {k: overrides.pop(k) for k in _HEAD_SETTINGS if k in overrides}
-    if representation is not None and (drop_pre_logits or classes is None):
-        if classes is None and not (drop_pre_logits or num_classes == 0):
-            raise ValueError(
-                f"The checkpoint holds a pre-logits layer (width {representation}; "
-                "transformers' ViTModel pooler) but no head. In keras_vit that layer belongs to "
-                "a ViTImageClassifier's head (paper Appendix D.3): pass num_classes=K to load it "
-                "under a new zero-initialised head, or num_classes=0 (or drop_pre_logits=True) "
-                "for the ViTBackbone without it.")
+    if representation is not None and (drop_pre_logits or num_classes == 0):
         skip |= pre_logits_keys
         representation = None
-    if classes is None:
+    if classes is None and representation is None:
         if head_settings:
             raise ValueError(f"{', '.join(sorted(head_settings))} describe a head, and this "
                              "model has none (num_classes=0, or a file without a head): give "
                              "num_classes=K for a head, or leave them out.")
         head = None
-    else:
-        head = (head or Head(classes)).replace(num_classes=classes,
-                                               representation_size=representation)
+    else:  # a file's pre-logits layer without classes (the pooler) is a head of its own
+        head = (head or Head(classes, representation_size=representation)).replace(
+            num_classes=classes, representation_size=representation)
     config = config.replace(head=head)
     changes = dict(overrides, **({} if image_size is None else {"image_size": image_size}))
     return config.replace(**changes, **head_settings), skip

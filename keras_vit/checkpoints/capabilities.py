@@ -24,6 +24,7 @@ class Capabilities:
     stems: tuple  # "patches" (a plain ViT), "hybrid" (a ResNet stem), "bit" (a ResNetV2)
     classifiers: tuple = ("token", "gap")
     pre_logits: bool = True  # whether a classifier's pre-logits layer has a place
+    pooler: bool = False  # whether a pre-logits layer without classes has a place
     exact_gelu_only: bool = False
     layer_norm_epsilon: float | None = None  # the one epsilon the format has, None: any
 
@@ -31,9 +32,9 @@ class Capabilities:
 FORMATS = {
     "official": Capabilities("official .npz", ("patches", "hybrid", "bit")),
     "timm": Capabilities("timm", ("patches", "hybrid", "bit"), pre_logits=False),
-    # ViTModel's pooler is a pre-logits layer without a head, which keras_vit has no model for
+    # ViTModel's pooler is a pre-logits layer without classes: a head of that layer alone
     "transformers": Capabilities("transformers", ("patches",), classifiers=("token",),
-                                 pre_logits=False),
+                                 pre_logits=False, pooler=True),
     "keras_hub": Capabilities("keras-hub", ("patches",), exact_gelu_only=True,
                               layer_norm_epsilon=LAYER_NORM_EPSILON),
 }
@@ -73,6 +74,12 @@ def check_expressible(model, format, strict=True):
                         "BiT ResNetV2 with this layout (save it in the official or timm format).")
     if stem not in can.stems:
         raise ValueError(_STEM_ERRORS[stem].format(name=can.name))
+    head = model.config.head
+    if stem == "bit" and head is not None and head.representation_size is not None:
+        raise ValueError(
+            f"BiT's {can.name} layout has a head of one layer; this model's head has a "
+            f"pre-logits layer (representation_size={head.representation_size}). Save it with "
+            "model.save('model.keras'), or write its backbone (model.backbone).")
     if stem != "bit":
         _check_vit(model.config, format, strict)
 
@@ -159,6 +166,13 @@ _PRE_LOGITS_ERRORS = {
 def _check_pre_logits(head, can):
     if head is None or head.representation_size is None or can.pre_logits:
         return
+    if head.num_classes is None:
+        if can.pooler:
+            return
+        raise ValueError(
+            f"This model's head is a pre-logits layer without classes, which the {can.name} "
+            "format has no place for. Write its backbone (model.backbone), or save it in the "
+            "official or transformers format.")
     raise ValueError(
         _PRE_LOGITS_ERRORS[can.name].format(size=head.representation_size) + " Drop it first "
         "(load_checkpoint(..., drop_pre_logits=True), as fine-tuning does), write the "

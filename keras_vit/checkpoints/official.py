@@ -180,7 +180,7 @@ def head_table(model):
     head, table = model.config.head, {}
     if head is not None and head.representation_size is not None:
         table.update(_dense("pre_logits", model.get_layer("pre_logits")))
-    if head is not None:
+    if head is not None and head.num_classes is not None:
         table.update(_dense("head", model.get_layer("head")))
     return table
 

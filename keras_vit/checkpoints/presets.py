@@ -1,11 +1,12 @@
 """Presets by name, and foreign folders, for ``from_preset`` (``keras_vit.models.presets``).
 
 A paper name is a preset of its published ImageNet-21k pre-training (vit_jax's
-``imagenet21k/`` files, 224 px, 21,843 classes and the pre-logits layer), the checkpoint a
-fine-tuning starts from; with ``load_weights=False`` it is the registry's randomly initialised
-model. Any published checkpoint name (``"imagenet21k+imagenet2012/ViT-B_16"``,
-``"augreg/ViT-S/16"``, ``"BiT-M-R50x1"``) and a transformers or timm folder are read by
-``load_checkpoint``. A backbone class gets the file's model without its head.
+``imagenet21k/`` files, 224 px, 21,843 classes and the pre-logits layer; for BiT, big_transfer's
+BiT-M files, the ResNets the paper compares with), the checkpoint a fine-tuning starts from;
+with ``load_weights=False`` it is the registry's randomly initialised model. Any published
+checkpoint name (``"imagenet21k+imagenet2012/ViT-B_16"``, ``"augreg/ViT-S/16"``,
+``"BiT-M-R50x1"``) and a transformers or timm folder are read by ``load_checkpoint``. A
+backbone class gets the file's model without its head.
 
 Example (a paper name without weights):
 >>> from keras_vit.models.vit import ViTBackbone
@@ -14,12 +15,16 @@ Example (a paper name without weights):
 192
 """
 
+import re
+
 from keras_vit.checkpoints.formats import load_checkpoint
 from keras_vit.models import registry
 from keras_vit.pretrained import create_model
 
 # Paper names whose ImageNet-21k pre-training vit_jax published (gs://vit_models/imagenet21k).
 IMAGENET21K = ("ViT-B/16", "ViT-B/32", "ViT-L/16", "ViT-L/32", "ViT-H/14", "R50+ViT-B/16")
+# BiT names whose ImageNet-21k pre-training (BiT-M) big_transfer published (gs://bit_models).
+BIT_M = ("BiT-R50x1", "BiT-R50x3", "BiT-R101x1", "BiT-R101x3", "BiT-R152x2", "BiT-R152x4")
 IMAGENET21K_CLASSES = 21_843
 
 
@@ -27,10 +32,13 @@ def checkpoint_of(name):
     """The published checkpoint a paper name's preset loads, or None.
 
     Example:
-    >>> checkpoint_of("ViT-B/16"), checkpoint_of("ViT-Ti/4")
-    ('imagenet21k/ViT-B_16', None)
+    >>> checkpoint_of("ViT-B/16"), checkpoint_of("BiT-R50x1"), checkpoint_of("ViT-Ti/4")
+    ('imagenet21k/ViT-B_16', 'BiT-M-R50x1', None)
     """
-    return f"imagenet21k/{name.replace('/', '_')}" if name in IMAGENET21K else None
+    if name in IMAGENET21K:
+        return f"imagenet21k/{name.replace('/', '_')}"
+    bit = re.sub(r"^BiT-[MS]-", "BiT-", name)
+    return bit.replace("BiT-", "BiT-M-") if bit in BIT_M else None
 
 
 def _is_paper_name(preset):
@@ -75,6 +83,6 @@ def _paper_name(name, backbone, load_weights, kwargs):
     if weights is None:
         raise ValueError(
             f"No published pre-training is a preset of {name!r} (those of "
-            f"{', '.join(IMAGENET21K)} are). Pass load_weights=False for the randomly "
+            f"{', '.join(IMAGENET21K + BIT_M)} are). Pass load_weights=False for the randomly "
             "initialised model, or a checkpoint name ('augreg/ViT-S/16', ...) as the preset.")
     return create_model(name, weights=weights, **kwargs)

@@ -129,7 +129,7 @@ def bit_table(model):
                     table[f"{prefix}/{path}/kernel"] = Entry(layer.kernel)
     table.update(_group_norm("resnet/group_norm", model.get_layer("norm-pre-head"),
                              ("gamma", "beta")))
-    if model.config.head is not None:
+    if model.config.head is not None:  # BiT's head has no pre-logits layer (capabilities)
         head = model.get_layer("head")
         table[f"{_HEAD}/kernel"] = Entry(head.kernel, (1, 1) + tuple(head.kernel.shape))
         table[f"{_HEAD}/bias"] = Entry(head.bias)

@@ -246,7 +246,7 @@ def bit_table(model):
         if key.startswith("resnet/head/"):
             continue
         table[_timm_resnet_key(key)] = _torch_entry(key, entry)
-    if model.config.head is not None:
+    if model.config.head is not None:  # BiT's head has no pre-logits layer (capabilities)
         head = model.get_layer("head")
         k, c = head.kernel.shape[1], head.kernel.shape[0]
         table["head.fc.weight"] = Entry(head.kernel, (k, c, 1, 1), lambda w: w.T[:, :, None, None],

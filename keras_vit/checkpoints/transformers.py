@@ -11,12 +11,15 @@ adds is honoured:
   ``"gelu_new"`` (the tanh form of the official code) -> ``True``; others are refused;
 - ``qkv_bias=False`` -> zero biases (exact);
 - ``ViTForImageClassification`` (a ``classifier`` head on the class token) is a
-  ``ViTImageClassifier``; ``ViTModel`` is a ``ViTBackbone`` (``last_hidden_state`` is its
-  ``"tokens"``). ``ViTModel``'s pooler (Dense + tanh on the class token, ``pooler_act="tanh"``)
-  is the paper's pre-logits layer, which in keras_vit belongs to a classifier's head
-  (``representation_size = pooler_output_size``): loading a folder with a pooler asks for
-  ``num_classes=K`` (the pooler kept under a new zero head) or ``num_classes=0`` (the backbone
-  without it).
+  ``ViTImageClassifier``; ``ViTModel`` without a pooler is a ``ViTBackbone``
+  (``last_hidden_state`` is its ``"tokens"``). ``ViTModel``'s pooler (Dense + tanh on the class
+  token, ``pooler_act="tanh"``) is the paper's pre-logits layer, a classifier's head in keras_vit
+  (``representation_size = pooler_output_size``): a ``ViTModel`` folder with a pooler (the
+  shape of ``google/vit-base-patch16-224-in21k``) loads by default as a ``ViTImageClassifier``
+  whose head is that layer alone (``num_classes=None``; its output is ``pooler_output``, its
+  backbone's ``"tokens"`` the ``last_hidden_state``), and is written back as the same folder;
+  ``num_classes=K`` keeps the pooler under a new zero class layer, ``num_classes=0`` gives the
+  backbone without it.
 
 Transformers has no GAP ViT and no pre-logits layer before a classification head: such models
 are refused when saving; a ``ViTBackbone`` is written as a ``ViTModel`` without pooler. The
@@ -134,10 +137,17 @@ def pooler_size(tensors):
 
 def table(model):
     """transformers key -> Entry for a class-token ``ViTImageClassifier`` (the
-    ``ViTForImageClassification`` layout: ``vit.`` prefix, ``classifier``) or ``ViTBackbone``
+    ``ViTForImageClassification`` layout: ``vit.`` prefix, ``classifier``), a classifier whose
+    head is a pre-logits layer alone (``ViTModel`` with its ``pooler``) or a ``ViTBackbone``
     (``ViTModel``: no prefix, no pooler)."""
     check_expressible(model, "transformers")
-    return layout(model, "vit." if model.config.head is not None else "")
+    return layout(model, "vit." if _classes(model) else "")
+
+
+def _classes(model):
+    """The model's classes, or None (a backbone, or a head of the pre-logits layer alone)."""
+    head = model.config.head
+    return None if head is None else head.num_classes
 
 
 def layout(model, prefix):
@@ -180,7 +190,7 @@ def layout(model, prefix):
         pre_logits = model.get_layer("pre_logits")
         t[f"{prefix}pooler.dense.weight"] = torch_dense_kernel(pre_logits.kernel)
         t[f"{prefix}pooler.dense.bias"] = Entry(pre_logits.bias)
-    if head is not None:
+    if _classes(model):
         head = model.get_layer("head")
         t["classifier.weight"] = torch_dense_kernel(head.kernel)
         t["classifier.bias"] = Entry(head.bias)
@@ -195,9 +205,11 @@ def hf_config(model):
     if height != width:
         raise ValueError("transformers' ViTConfig has one image_size; this model is "
                          f"{height}x{width}.")
+    classes = _classes(model)
+    pooler = head.representation_size if head is not None and not classes else None
     hf = dict(
         model_type="vit",
-        architectures=["ViTForImageClassification" if head else "ViTModel"],
+        architectures=["ViTForImageClassification" if classes else "ViTModel"],
         hidden_size=encoder.hidden_size, num_hidden_layers=encoder.num_layers,
         num_attention_heads=encoder.num_heads, intermediate_size=encoder.mlp_dim,
         hidden_act="gelu_pytorch_tanh" if encoder.approximate_gelu else "gelu",
@@ -205,18 +217,19 @@ def hf_config(model):
         attention_probs_dropout_prob=encoder.attention_dropout_rate,
         layer_norm_eps=encoder.layer_norm_epsilon, image_size=height,
         patch_size=config.patches.patch_size, num_channels=config.patches.num_channels,
-        qkv_bias=True, pooler_output_size=encoder.hidden_size, pooler_act="tanh",
+        qkv_bias=True, pooler_output_size=pooler or encoder.hidden_size, pooler_act="tanh",
     )
-    if head:
-        hf["id2label"] = {str(i): f"LABEL_{i}" for i in range(head.num_classes)}
-        hf["label2id"] = {f"LABEL_{i}": i for i in range(head.num_classes)}
+    if classes:
+        hf["id2label"] = {str(i): f"LABEL_{i}" for i in range(classes)}
+        hf["label2id"] = {f"LABEL_{i}": i for i in range(classes)}
     return hf
 
 
 def load(path, *, image_size=None, num_classes=None, drop_pre_logits=False, **overrides):
     """Build the model a transformers ViT folder describes and load it (see
-    ``load_checkpoint``): a ``ViTImageClassifier``, or a ``ViTBackbone`` for a ``ViTModel``
-    (a pooler needs ``num_classes``: the module's docstring)."""
+    ``load_checkpoint``): a ``ViTImageClassifier``, or for a ``ViTModel`` a ``ViTBackbone``
+    (a classifier whose head is the pooler alone when the folder has one: the module's
+    docstring)."""
     hf, tensors = read_folder(path)
     config = infer_config(hf, tensors)
     # config.json states the size, so the table's grid is known even when it is not square

@@ -209,7 +209,7 @@ def fewshot_linear_from_features(
 def feature_model(model):
     """A model from images to ``model``'s pre-logits features: a backbone's pooled output
     (Eq. 4's y for a ViT), else the model's ``feature_extractor()``."""
-    if isinstance(model.output, dict) and "pooled" in model.output:
+    if isinstance(getattr(model, "output", None), dict) and "pooled" in model.output:
         return keras.Model(model.input, model.output["pooled"], name=f"{model.name}_features")
     extractor = getattr(model, "feature_extractor", None)
     if not callable(extractor):

@@ -18,7 +18,7 @@ size reads the grid of the images it is given) and reads the backbone.
 import keras
 import numpy as np
 
-from keras_vit.checks import pair
+from keras_vit.checks import pair, positive_int
 from keras_vit.models.description import ViTConfig
 from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
 
@@ -120,10 +120,7 @@ def _attention_batches(backbone, images, batch_size):
 
     Analyses that reduce over images consume these one batch at a time, so that memory holds
     one batch's maps (a ViT-B/16 at 384 px has 12 x 12 maps of 577 x 577 per image)."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or (
-        batch_size < 1
-    ):
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
+    batch_size = positive_int("batch_size", batch_size)
     attention = backbone.attention_model()
     for start in range(0, len(images), int(batch_size)):
         outputs = attention(images[start:start + int(batch_size)], training=False)

@@ -21,6 +21,7 @@ import keras
 import numpy as np
 
 from keras_vit import distribution
+from keras_vit.checks import positive_int
 from keras_vit.inspection.attention import _check_images, _output_row, backbone_of
 from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
 
@@ -210,9 +211,7 @@ def relevancy(model, images, class_index=None, batch_size=32):
     (2, 2, 2)
     """
     _check_model(model)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or (
-            batch_size < 1):
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
+    batch_size = positive_int("batch_size", batch_size)
     images, grid = _check_images(backbone_of(model), images)
     chosen = class_indices(model, images, class_index, batch_size)
     maps = []

@@ -216,11 +216,11 @@ class Description(Settings):
         for section, changes in flat.items():
             base = fields[section] if section in fields else getattr(current, section, None)
             base = None if base is None else cls.SECTIONS[section].from_dict(base)
-            if section == "head" and changes.get("num_classes", 0) is None and (
-                    (base is None or base.representation_size is None)
-                    and changes.get("representation_size") is None):
-                fields["head"] = None
-                continue
+            if section == "head" and changes.get("num_classes", 0) is None:
+                kept = base.representation_size if base is not None else None
+                if changes.get("representation_size", kept) is None:
+                    fields["head"] = None
+                    continue
             fields[section] = (cls.SECTIONS[section].from_dict(changes) if base is None
                                else base.replace(**changes))
         return fields

@@ -19,6 +19,8 @@ import math
 
 import keras
 
+from keras_vit.checks import positive_int
+
 DECAYS = ("cosine", "linear")
 
 
@@ -60,8 +62,7 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
 
 
 def _check_steps(total_steps, warmup_steps):
-    if total_steps < 1:
-        raise ValueError(f"total_steps must be a positive integer, got {total_steps}.")
+    positive_int("total_steps", total_steps)
     if not 0 <= warmup_steps < total_steps:
         raise ValueError(
             f"warmup_steps ({warmup_steps}) must be in [0, total_steps) = [0, {total_steps}); "

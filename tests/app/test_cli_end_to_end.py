@@ -99,7 +99,7 @@ def test_fewshot_of_a_trained_model(learned, tmp_path, capsys):
 
 @pytest.mark.parametrize("model, overrides, setting", [
     ("BiT-R26x1", ["--set", "block_units=[1,1]", "--set", "width_factor=0.5"],
-     lambda config: config["block_units"]),
+     lambda config: config["config"]["stages"]["block_units"]),
     ("R+ViT-Ti/16", ["--set", "hidden_size=16", "--set", "num_layers=1", "--set", "num_heads=2",
                      "--set", "mlp_dim=32", "--set", 'stem={"num_layers":[],"width_factor":0.5}'],
      lambda config: config["config"]["stem"]),

@@ -226,12 +226,19 @@ def test_load_options_reach_the_description():
         keras_vit.load_checkpoint(path, num_classes=0, head_bias_init=-10.0)
 
 
-def test_a_pre_logits_layer_without_a_head_asks_for_a_choice(tmp_path):
+def test_a_pre_logits_layer_without_a_head_is_a_head_of_its_own(tmp_path):
+    """An official file with pre_logits and no head loads as a classifier whose head is the
+    pre-logits layer alone, and is written back as the same keys."""
     tensors = dict(np.load(fixture_path("vit_tiny_token_rep16.npz")))
     del tensors["head/kernel"], tensors["head/bias"]
     np.savez(tmp_path / "pooler.npz", **tensors)
-    with pytest.raises(ValueError, match="pre-logits layer .width 16.* but no head"):
-        keras_vit.load_checkpoint(tmp_path / "pooler.npz")
+    features = keras_vit.load_checkpoint(tmp_path / "pooler.npz")
+    assert features.config.head == Head(None, representation_size=16)
+    keras_vit.save_checkpoint(features, tmp_path / "again.npz")
+    again = np.load(tmp_path / "again.npz")
+    assert sorted(again.files) == sorted(tensors)
+    for key, value in tensors.items():
+        np.testing.assert_array_equal(again[key], value, err_msg=key)
     with_head = keras_vit.load_checkpoint(tmp_path / "pooler.npz", num_classes=2)
     assert with_head.config.head == Head(2, representation_size=16)
     np.testing.assert_array_equal(_np(with_head.get_layer("pre_logits").kernel),

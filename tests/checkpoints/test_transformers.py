@@ -57,16 +57,20 @@ def _pooler(module, x):
 
 
 def _keras_outputs(model, x):
-    """What ``_outputs`` gives for transformers: a backbone's tokens, a classifier's logits."""
+    """What ``_outputs`` gives for transformers: a backbone's tokens, a classifier's logits (a
+    head of the pooler alone: its backbone's tokens, ViTModel's last_hidden_state)."""
+    if isinstance(model, ViTImageClassifier) and model.config.head.num_classes is None:
+        model = model.backbone
     outputs = model(x)
     return numpy(outputs["tokens"] if isinstance(model, ViTBackbone) else outputs)
 
 
 def _reload(case, folder):
     """The folder keras_vit wrote, through from_pretrained with no missing or unexpected keys (a
-    ViTModel without pooler: keras_vit writes none, the pooler being a classifier's layer)."""
+    ViTModel with its pooler for a head of the pooler alone, else without)."""
     cls = type(_hf(case))
-    kwargs = {} if case.startswith("classifier") else dict(add_pooling_layer=False)
+    kwargs = {} if case.startswith("classifier") else dict(
+        add_pooling_layer=case.startswith("model_pooler"))
     module, info = cls.from_pretrained(folder, output_loading_info=True, **kwargs)
     problems = {k: v for k, v in info.items() if v}
     assert not problems, problems
@@ -76,23 +80,29 @@ def _reload(case, folder):
 @pytest.mark.parametrize("case", sorted(CONFIGS))
 def test_transformers_both_ways(case, tmp_path):
     """ViTForImageClassification <-> ViTImageClassifier (logits), ViTModel <-> ViTBackbone
-    (the token sequence); a ViTModel's pooler is kept under a new head, where it gives the
-    pooler's output as the classifier's features."""
+    (the token sequence); a ViTModel with a pooler <-> a ViTImageClassifier whose head is the
+    pooler alone (its output the pooler's), by default; the pooler is kept under a new class
+    layer with num_classes=K, where it gives the pooler's output as the classifier's features."""
     reference = randomise_torch(_hf(case))
     reference.save_pretrained(tmp_path / "hf")
     x = images()
     pooler = case.startswith("model_pooler")
-    model = load_checkpoint(tmp_path / "hf", **(dict(num_classes=0) if pooler else {}))
-    assert isinstance(model, ViTImageClassifier if case.startswith("classifier") else ViTBackbone)
+    model = load_checkpoint(tmp_path / "hf")
+    expected = ViTImageClassifier if case.startswith("classifier") or pooler else ViTBackbone
+    assert type(model) is expected
     assert_close(_keras_outputs(model, x), _outputs(reference, x), f"transformers {case} load")
     if pooler:
+        assert_close(numpy(model(x)), _pooler(reference, x), f"transformers {case} pooler")
         headed = load_checkpoint(tmp_path / "hf", num_classes=3)
         assert_close(numpy(headed.feature_extractor()(x)), _pooler(reference, x),
-                     f"transformers {case} pooler load")
+                     f"transformers {case} pooler under a new head")
+        assert type(load_checkpoint(tmp_path / "hf", num_classes=0)) is ViTBackbone
 
     save_checkpoint(model, tmp_path / "back", format="transformers")
-    assert_close(_outputs(_reload(case, tmp_path / "back"), x), _keras_outputs(model, x),
-                 f"transformers {case} save")
+    reloaded = _reload(case, tmp_path / "back")
+    assert_close(_outputs(reloaded, x), _keras_outputs(model, x), f"transformers {case} save")
+    if pooler:
+        assert_close(_pooler(reloaded, x), numpy(model(x)), f"transformers {case} pooler save")
 
 
 def test_pytorch_model_bin_with_in_memory_key_names(tmp_path):
@@ -139,10 +149,30 @@ def test_new_head_and_resolution_on_load(tmp_path):
     assert isinstance(model, ViTBackbone)
 
 
-def test_a_pooler_without_a_head_asks_for_a_choice(tmp_path):
-    randomise_torch(_hf("model_pooler_narrow")).save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match=r"width 16; transformers' ViTModel pooler.*num_classes"):
-        load_checkpoint(tmp_path)
+def test_a_pooler_folder_round_trips_exactly_and_drops_nothing(tmp_path):
+    """The shape of google/vit-base-patch16-224-in21k: a ViTModel with its pooler (here 16
+    wide), loaded by default as a head of the pooler alone and written back key for key."""
+    from safetensors.numpy import load_file
+
+    randomise_torch(_hf("model_pooler_narrow")).save_pretrained(tmp_path / "hf")
+    model = load_checkpoint(tmp_path / "hf")
+    head = model.config.head
+    assert (head.num_classes, head.representation_size) == (None, 16)
+    assert model.output_shape == (None, 16)
+    save_checkpoint(model, tmp_path / "back", format="transformers")
+    original = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    written = load_file(str(tmp_path / "back" / "model.safetensors"))
+    assert sorted(written) == sorted(original)
+    for key, value in original.items():
+        np.testing.assert_array_equal(written[key], value, err_msg=key)
+    config = json.loads((tmp_path / "back" / "config.json").read_text())
+    assert config["architectures"] == ["ViTModel"] and config["pooler_output_size"] == 16
+    from keras_vit.training import prepare_finetuning
+
+    task = prepare_finetuning(model, 4, keep_pre_logits=True)  # a class layer on the pooler
+    assert task.output_shape == (None, 4) and task.backbone is model.backbone
+    for a, b in zip(task.get_layer("pre_logits").weights, model.get_layer("pre_logits").weights):
+        np.testing.assert_array_equal(numpy(a), numpy(b))
 
 
 def _edit_config(folder, **changes):

@@ -72,3 +72,17 @@ def test_a_classifier_shares_its_backbone():
     np.testing.assert_allclose(features, pooled, atol=1e-6)
     assert second.get_layer("pre_logits").units == 8
     assert len(second.trainable_weights) == len(backbone.trainable_weights) + 4
+
+
+def test_a_head_may_be_the_pre_logits_layer_alone():
+    """A checkpoint saved without classes (transformers' ViTModel pooler) keeps its pre-logits
+    layer as a head of its own; without one, no classes means no head."""
+    config = ViTConfig.from_keywords(**TINY, num_classes=3, representation_size=8)
+    pooler = config.replace(num_classes=None)
+    assert (pooler.head.num_classes, pooler.head.representation_size) == (None, 8)
+    assert ViTConfig.from_keywords(**TINY, num_classes=None).head is None
+    assert config.replace(num_classes=None, representation_size=None).head is None
+    model = ViTImageClassifier(config=pooler)
+    assert model.output_shape == (None, 8)
+    with pytest.raises(ValueError, match="num_classes must be a positive integer, got None"):
+        Head(num_classes=None)

@@ -216,3 +216,41 @@ def test_backbone_enable_lora(classifier):
     assert head <= {id(w) for w in classifier.trainable_weights}  # the new task's head trains
     with pytest.raises(ValueError, match="already enabled"):
         backbone.enable_lora(2)
+
+
+@pytest.mark.parametrize("family", ["bit", "axial"])
+def test_resnet_presets_round_trip_exactly(family, tmp_path):
+    """The ResNets have the ViT's habits: a fine-tuned classifier is a preset folder that loads
+    back exactly, with its preprocessor; its backbone loads alone."""
+    import keras_vit
+
+    settings = dict(block_units=(1,), width_factor=0.5, num_classes=3, image_size=16)
+    if family == "bit":
+        model = keras_vit.ResNetImageClassifier(**settings)
+    else:
+        model = keras_vit.AxialResNetImageClassifier(**settings, num_heads=2)
+    model = _filled(model)
+    model.preprocessor = ImagePreprocessor(16)
+    model.save_to_preset(tmp_path / "p")
+    again = type(model).from_preset(tmp_path / "p")
+    images = _images(side=16)
+    np.testing.assert_array_equal(_logits(again, images), _logits(model, images))
+    assert again.config == model.config and again.preprocessor.image_size == 16
+    backbone = type(model.backbone).from_preset(tmp_path / "p")
+    np.testing.assert_array_equal(backbone.predict(images, verbose=0)["pooled"],
+                                  model.backbone.predict(images, verbose=0)["pooled"])
+    with pytest.raises(ValueError, match="not a ViTBackbone"):
+        ViTImageClassifier.from_preset(tmp_path / "p")
+
+
+def test_a_bit_checkpoint_is_a_preset():
+    import keras_vit
+
+    model = keras_vit.ResNetImageClassifier.from_preset(fixture_path("bit_tiny_r2-1_w32.npz"))
+    io = np.load(fixture_path("bit_tiny_r2-1_w32_io.npz"))
+    np.testing.assert_allclose(_logits(model, io["images"]), io["logits"], atol=1e-4)
+    backbone = keras_vit.ResNetBackbone.from_preset(fixture_path("bit_tiny_r2-1_w32.npz"))
+    assert backbone.config == model.config.backbone()
+    assert keras_vit.ResNetBackbone.from_preset("BiT-R26x1", load_weights=False,
+                                                image_size=32).config.stages.block_units == (
+        2, 2, 2, 2)
