@@ -9,6 +9,7 @@ of vit_jax's ``input_pipeline`` and big_vision's ``resize_small|central_crop|val
 """
 
 from keras_vit import _optional
+from keras_vit.checks import positive_int
 from keras_vit.data.preprocessing import check_augmentation, per_image
 
 # Missing e.g. on a Colab TPU runtime, which has no TensorFlow.
@@ -206,10 +207,8 @@ def load_tfds(tfds_name, split, *, channels, data_dir=None, shuffle_files=False)
 
 def take_per_class(examples, examples_per_class, num_classes, *, seed=0, buffer_size=10_000):
     """The first ``examples_per_class`` examples of every class after a seeded shuffle (k-shot)."""
-    k, total = int(examples_per_class), int(examples_per_class) * int(num_classes)
-    if k < 1:
-        raise ValueError(
-            f"examples_per_class must be a positive integer, got {examples_per_class!r}.")
+    k = positive_int("examples_per_class", examples_per_class)
+    total = k * int(num_classes)
 
     def count(counts, example):
         label = example[1]

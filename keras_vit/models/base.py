@@ -123,6 +123,14 @@ class DescribedModel(QuantizableModel):
                 upgrade.check_earlier_layout(self, filepath)
             raise
 
+    def graph_layer(self, name):
+        """The layer of this model's own graph named ``name`` (not one inside it: ``get_layer``
+        also reaches a backbone's or an encoder's own layers by their official names)."""
+        for layer in self.layers:
+            if layer.name == name:
+                return layer
+        raise ValueError(f"{self.name} has no layer {name!r} in its graph.")
+
     def call(self, inputs, training=None, mask=None):
         if self.config.image_size is None:  # checked whenever the shape is known when traced
             self.config.check_input(tuple(inputs.shape)[1:3])

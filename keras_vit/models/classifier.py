@@ -115,7 +115,7 @@ class ImageClassifier(Task, DescribedModel):
         if self.config.head.representation_size is None:
             return keras.Model(self.backbone.input, self.backbone.output["pooled"],
                                name=f"{self.name}_features")
-        return keras.Model(self.input, super().get_layer("pre_logits").output,
+        return keras.Model(self.input, self.graph_layer("pre_logits").output,
                            name=f"{self.name}_features")
 
 

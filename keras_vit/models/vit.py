@@ -101,7 +101,7 @@ class ViTBackbone(Backbone, DescribedModel):
     @property
     def encoder(self):
         """The ``Encoder`` layer (official path ``Transformer``)."""
-        return super().get_layer("Transformer")
+        return self.graph_layer("Transformer")
 
     def get_layer(self, name=None, index=None):
         """A layer by name, the encoder's own included (``encoderblock_3``, ``posembed_input``,
@@ -117,8 +117,8 @@ class ViTBackbone(Backbone, DescribedModel):
         each block's output and each attention's probabilities (a list per block; Axial-ViT
         gives a row and a column array per layer), sharing this backbone's weights."""
         if self._intermediates is None:
-            seen = _Intermediates(self.encoder)(super().get_layer("embedding").output)
-            pooled = super().get_layer("pool")(seen["tokens"])
+            seen = _Intermediates(self.encoder)(self.graph_layer("embedding").output)
+            pooled = self.graph_layer("pool")(seen["tokens"])
             self._intermediates = keras.Model(self.input, {**seen, "pooled": pooled},
                                               name=f"{self.name}_intermediates")
         return self._intermediates
