@@ -70,20 +70,6 @@ def _differences(found, expected, overrides):
     """``{setting: (file, name)}`` where the loaded model's description differs from the
     name's (with ``overrides``), the settings of ``_FREE_FIELDS`` aside."""
     expected = expected.replace(**{k: v for k, v in overrides.items() if k not in _FREE})
-    file, named = _flat(found.to_dict()), _flat(expected.to_dict())
+    file, named = found.flat(_FREE_FIELDS), expected.flat(_FREE_FIELDS)
     return {key: (file.get(key), named.get(key)) for key in {**file, **named}
             if file.get(key) != named.get(key)}
-
-
-def _flat(values, prefix=""):
-    """A description's dict with its sections flattened (``encoder.hidden_size``), the free
-    settings left out."""
-    flat = {}
-    for key, value in values.items():
-        if key in _FREE_FIELDS:
-            continue
-        if isinstance(value, dict):
-            flat.update(_flat(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat

@@ -136,19 +136,9 @@ def head_layers(head, dtype):
     return apply
 
 
-def _flat(values, prefix=""):
-    flat = {}
-    for key, value in values.items():
-        if isinstance(value, dict):
-            flat.update(_flat(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def _difference(given, built):
     """The settings where two descriptions differ, e.g. ``hidden_size 384 against 768``."""
-    given, built = _flat(given.to_dict()), _flat(built.to_dict())
+    given, built = given.flat(), built.flat()
     keys = [k for k in {**given, **built} if given.get(k) != built.get(k)]
     return "; ".join(f"{k.rpartition('.')[2]} {given.get(k)} against {built.get(k)}"
                      for k in keys[:3])

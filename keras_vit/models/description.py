@@ -162,6 +162,19 @@ class Description(Settings):
             self.check_input(sides, "new image")
         return {"image_size": sides}
 
+    def flat(self, skip=()):
+        """``{"section.field": value}`` of every setting (``encoder.hidden_size``), the fields
+        and sections named in ``skip`` left out: what tells two descriptions apart."""
+        def walk(values, prefix):
+            for key, value in values.items():
+                if key in skip:
+                    continue
+                if isinstance(value, dict):
+                    yield from walk(value, f"{prefix}{key}.")
+                else:
+                    yield f"{prefix}{key}", value
+        return dict(walk(self.to_dict(), ""))
+
     def backbone(self):
         """The description of this model's backbone: the same without a head."""
         return dataclasses.replace(self, head=None)
