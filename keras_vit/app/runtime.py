@@ -12,6 +12,7 @@ import collections
 import contextlib
 import importlib.util
 import os
+import platform
 import sys
 
 import keras
@@ -65,6 +66,27 @@ def distribute():
     return replicas, scope
 
 
+def processor():
+    """The CPU's model name, its core count and the load average over the last minute: what a
+    time printed below it was measured on (a busy machine runs slower).
+
+    Example:
+    >>> processor()  # doctest: +ELLIPSIS
+    '... core(s)...'
+    """
+    name = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            found = [line.split(":", 1)[1].strip() for line in cpuinfo
+                     if line.startswith("model name")]
+        name = found[0] if found else name
+    cores = os.cpu_count() or 1
+    line = f"{name}, {cores} core(s)"
+    if hasattr(os, "getloadavg"):  # not on Windows
+        line += f", load average {os.getloadavg()[0]:.1f}"
+    return line
+
+
 Setup = collections.namedtuple("Setup", ["small", "replicas", "scope"])
 
 
@@ -77,12 +99,14 @@ def setup(seed=0):
     """A notebook's set-up after the install: seeds Python, NumPy and the backend with ``seed``,
     reads small mode and shares batches over the devices (``distribute``).
 
-    Returns ``Setup(small, replicas, scope)`` and prints the Keras version and backend, then
+    Returns ``Setup(small, replicas, scope)`` and prints the Keras version and backend, the
+    processor (``processor``: the times a notebook prints were taken on it), then
     ``distribute``'s line.
 
     Example:
     >>> small_mode, replicas, scope = setup(seed=0)  # doctest: +ELLIPSIS
     keras 3..., backend ..., small mode ...
+    processor: ...
     local, ... 1 device(s) (cpu), precision float32
     >>> replicas
     1
@@ -91,6 +115,7 @@ def setup(seed=0):
     keras.utils.set_random_seed(seed)
     print(f"keras {keras.__version__}, backend {keras.backend.backend()}, small mode "
           f"{'on' if small() else 'off'}")
+    print(f"processor: {processor()}")
     replicas, scope = distribute()
     return Setup(small(), replicas, scope)
 
