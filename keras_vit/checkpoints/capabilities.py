@@ -10,6 +10,7 @@ GELU and the LayerNorm epsilon. Axial models (Appendix D.6) have no place in any
 import dataclasses
 
 from keras_vit.layers.encoder import LAYER_NORM_EPSILON
+from keras_vit.layers.tree import quantization_modes, sublayers
 from keras_vit.models.axial import is_axial
 from keras_vit.models.registry import family_of
 
@@ -90,15 +91,14 @@ def check_float_weights(model, name):
     The foreign formats hold one float kernel per projection: a quantized kernel (int8, int4,
     float8 scales) has no place there, and LoRA factors must first be merged into the kernels.
     """
-    quantized = sorted({layer.quantization_mode for layer in model._flatten_layers()
-                        if layer.quantization_mode is not None})
+    quantized = quantization_modes(model)
     if quantized:
         raise ValueError(
             f"This model is quantized ({', '.join(quantized)}); the {name} format holds float "
             "weights only. Save the quantized model with model.save('model.keras'), or write "
             "the float model before calling model.quantize()."
         )
-    if any(getattr(layer, "lora_enabled", False) for layer in model._flatten_layers()):
+    if any(getattr(layer, "lora_enabled", False) for layer in sublayers(model)):
         raise ValueError(
             f"This model carries LoRA factors, which the {name} format has no place for. Merge "
             "them into the kernels first: keras_vit.models.lora.merge_lora(model)."

@@ -23,6 +23,7 @@ import numpy as np
 from keras_vit import distribution
 from keras_vit.checks import positive_int
 from keras_vit.inspection.attention import _check_images, _output_row, backbone_of
+from keras_vit.layers.tree import quantization_modes
 from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
 
 
@@ -84,8 +85,7 @@ def _check_model(model, what="relevancy"):
             f"{what} follows one token-to-token attention per block (R <- R + Abar R), and an "
             "Axial-ViT attends within rows and within columns instead. Read its row and column "
             "maps with keras_vit.inspection.attention_weights(model, images), or explain a ViT.")
-    quantized = sorted({layer.quantization_mode for layer in model._flatten_layers()
-                        if getattr(layer, "quantization_mode", None)})
+    quantized = quantization_modes(model)
     if quantized:
         raise ValueError(
             f"The model is quantized ({', '.join(quantized)}): its quantized projections pass "

@@ -24,6 +24,7 @@ True
 import numpy as np
 
 from keras_vit.checks import positive_int
+from keras_vit.layers.tree import quantization_modes, sublayers
 
 TARGETS = {
     "qv": ("query", "value"),
@@ -42,7 +43,7 @@ def _check_targets(targets):
 
 def _projections(model):
     """The Dense/EinsumDense layers of ``model`` by their name (``query``, ``Dense_0``, ...)."""
-    return [layer for layer in model._flatten_layers(include_self=False)
+    return [layer for layer in sublayers(model)
             if hasattr(layer, "enable_lora")]
 
 
@@ -87,7 +88,7 @@ def enable_lora(model, rank, targets="qv", alpha=None, trained_in_full=TRAINED_I
         layer.enable_lora(int(rank), lora_alpha=alpha)
     factors = {id(layer.lora_kernel_a) for layer in layers}
     factors |= {id(layer.lora_kernel_b) for layer in layers}
-    kept = {id(v) for layer in model._flatten_layers(include_self=False)
+    kept = {id(v) for layer in sublayers(model)
             if layer.name in trained_in_full for v in layer.weights}
     for variable in model.weights:
         if id(variable) not in kept:  # a kept layer's own flags stand (an int8 kernel: frozen)
@@ -97,8 +98,7 @@ def enable_lora(model, rank, targets="qv", alpha=None, trained_in_full=TRAINED_I
 
 def _check_float(model):
     """Refuse a quantized model, naming the order that works: LoRA, merge, then quantize."""
-    modes = sorted({layer.quantization_mode for layer in model._flatten_layers(include_self=False)
-                    if layer.quantization_mode})
+    modes = quantization_modes(model)
     if modes:
         raise ValueError(
             f"The model is quantized ({', '.join(modes)}): LoRA factors on quantized kernels "
@@ -122,8 +122,8 @@ def merge_lora(model):
     (re-quantized for an int8 or int4 layer), which the new model's layer reads.
     """
     merged = type(model).from_config(model.get_config())
-    source = {layer.path: layer for layer in model._flatten_layers()}
-    for layer in merged._flatten_layers():
+    source = {layer.path: layer for layer in sublayers(model, include_self=True)}
+    for layer in sublayers(merged, include_self=True):
         if not layer.weights or layer is merged:
             continue
         store = {}

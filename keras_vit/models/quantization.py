@@ -30,6 +30,8 @@ import re
 
 import keras
 
+from keras_vit.layers.tree import quantization_modes, sublayers
+
 MODES = ("int8", "int4", "float8")
 CALIBRATED_MODES = ("gptq", "awq")  # Keras' modes that calibrate on token sequences
 
@@ -56,14 +58,13 @@ def check_mode(mode, config=None):
 def check_float(model):
     """Raise a ``ValueError`` naming the fix when ``model`` cannot be quantized as it is: a layer
     is quantized already, or carries LoRA factors."""
-    layers = list(model._flatten_layers(include_self=False))
-    done = sorted({layer.quantization_mode for layer in layers if layer.quantization_mode})
+    done = quantization_modes(model)
     if done:
         raise ValueError(
             f"The model is already quantized ({', '.join(done)}); a kernel is quantized once. "
             "Quantize the float model to another mode: build or load it again, then call "
             "model.quantize().")
-    if any(getattr(layer, "lora_enabled", False) for layer in layers):
+    if any(getattr(layer, "lora_enabled", False) for layer in sublayers(model)):
         raise ValueError(
             "The model carries LoRA factors; merge them into the kernels before quantizing: "
             "model = keras_vit.models.lora.merge_lora(model); model.quantize(mode).")
@@ -135,7 +136,7 @@ def policy_for_config(model):
     policy = model.dtype_policy
     default = policy.default_policy if isinstance(
         policy, keras.dtype_policies.DTypePolicyMap) else policy
-    quantized = {layer.path: own_policy(layer) for layer in model._flatten_layers()
+    quantized = {layer.path: own_policy(layer) for layer in sublayers(model, include_self=True)
                  if layer is not model and layer.quantization_mode is not None}
     if not quantized:
         return default
@@ -151,7 +152,7 @@ def settle_policies(model):
     is its default policy's (none): the int8 kernel would be saved without its scale, and a
     loaded quantized model could not be saved again.
     """
-    for layer in model._flatten_layers(include_self=False):
+    for layer in sublayers(model):
         policy = layer._dtype_policy
         if isinstance(policy, keras.dtype_policies.DTypePolicyMap) and layer.path:
             layer._dtype_policy = policy[layer.path]

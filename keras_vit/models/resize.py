@@ -18,6 +18,7 @@ from keras_vit.layers.position import (
     AddPositionEmbedding2D,
     resize_position_embedding,
 )
+from keras_vit.layers.tree import sublayers
 from keras_vit.models.base import DescribedModel
 
 
@@ -84,7 +85,7 @@ def weight_layers(model):
     backbone = getattr(model, "backbone", model)
     for layer in backbone.layers:
         if isinstance(layer, Encoder):
-            yield from layer._flatten_layers(include_self=False, recursive=False)
+            yield from sublayers(layer, recursive=False)
         else:
             yield layer
     if backbone is not model:

@@ -10,6 +10,7 @@ import pytest
 import keras_vit
 from conftest import fixture_path
 from keras_vit.app import cli, run_files
+from keras_vit.layers.tree import sublayers
 from keras_vit.models import lora
 from keras_vit.training.recipes import prepare_finetuning
 
@@ -42,7 +43,7 @@ def test_lora_finetuning_trains_the_factors_and_the_head_only(lora_run, capsys):
     saved = keras.saving.load_model(os.path.join(out, run_files.MODEL), compile=False)
     # the factors were merged into the kernels: a plain model of the pre-trained size
     assert saved.count_params() == start.count_params()
-    assert not any(getattr(layer, "lora_enabled", False) for layer in saved._flatten_layers())
+    assert not any(getattr(layer, "lora_enabled", False) for layer in sublayers(saved))
     block = "Transformer/encoderblock_0"
     for frozen in ("MultiHeadDotProductAttention_1/key/kernel", "MlpBlock_3/Dense_0/kernel",
                    "LayerNorm_0/gamma", "MultiHeadDotProductAttention_1/query/bias"):

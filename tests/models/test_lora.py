@@ -7,6 +7,7 @@ import pytest
 
 import keras_vit
 from conftest import installed
+from keras_vit.layers.tree import sublayers
 from keras_vit.models import axial, lora, resnet_v2, vit  # noqa: F401  (load_model)
 
 TINY = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32,
@@ -23,7 +24,7 @@ def _numpy(x):
 
 
 def _adapted(model):
-    return sorted(layer.path for layer in model._flatten_layers() if
+    return sorted(layer.path for layer in sublayers(model, include_self=True) if
                   getattr(layer, "lora_enabled", False))
 
 

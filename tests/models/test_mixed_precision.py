@@ -7,6 +7,7 @@ from keras.ops import convert_to_numpy as to_numpy
 import keras_vit
 from conftest import fixture_path
 from keras_vit.layers.encoder import layer_norm
+from keras_vit.layers.tree import sublayers
 
 CONFIG = dict(
     image_size=8, patch_size=4, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32,
@@ -68,7 +69,7 @@ def test_global_mixed_policy_gives_float32_logits():
 
 def test_float32_models_keep_every_layer_in_float32():
     model = keras_vit.ViTImageClassifier(**dict(CONFIG, num_layers=1))
-    assert {layer.compute_dtype for layer in model._flatten_layers()} == {"float32"}
+    assert {layer.compute_dtype for layer in sublayers(model, include_self=True)} == {"float32"}
 
 
 def test_layer_norm_statistics_are_float32_under_float16():

@@ -11,6 +11,7 @@ import pytest
 
 import keras_vit
 from conftest import fixture_path
+from keras_vit.layers.tree import sublayers
 from keras_vit.models import axial, quantization, resnet_v2, vit  # noqa: F401  (load_model)
 
 TINY = dict(hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32, num_classes=3,
@@ -51,7 +52,7 @@ def _quantize(model, mode):
 def test_int8_reaches_every_projection_without_warnings(family):
     model = FAMILIES[family]()
     assert _quantize(model, "int8") == []
-    layers = list(model._flatten_layers(include_self=False))
+    layers = list(sublayers(model))
     projections = [layer for layer in layers if quantization.is_quantizable(layer)]
     assert len(projections) == PROJECTIONS[family]
     assert all(layer.quantization_mode == "int8" for layer in projections)
@@ -89,7 +90,7 @@ def test_a_quantized_model_saves_and_loads(mode, tmp_path):
     path = str(tmp_path / "quantized.keras")
     model.save(path)
     loaded = keras.saving.load_model(path)
-    modes = {layer.quantization_mode for layer in loaded._flatten_layers()
+    modes = {layer.quantization_mode for layer in sublayers(loaded, include_self=True)
              if quantization.is_quantizable(layer)}
     assert modes == {mode}
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(loaded(images)),
@@ -158,5 +159,5 @@ def test_bad_quantization_requests_name_the_fix():
 def test_filters_narrow_the_quantized_layers():
     model = FAMILIES["vit"]()
     model.quantize("int8", filters=["query", "value"])
-    quantized = {layer.name for layer in model._flatten_layers() if layer.quantization_mode}
+    quantized = {layer.name for layer in sublayers(model) if layer.quantization_mode}
     assert quantized == {"query", "value"}

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import keras_vit
+from keras_vit.layers.tree import sublayers
 from keras_vit.models import upgrade
 
 FOLDER = os.path.join(os.path.dirname(__file__), "..", "fixtures", "keras")
@@ -83,7 +84,7 @@ def test_a_quantized_file_of_the_flat_layout_converts_exactly_and_stays_quantize
     converted = upgrade.upgrade_keras_file(INT8[0], str(tmp_path / "int8.keras"))
     np.testing.assert_allclose(*_logits(converted, INT8[1]), atol=1e-5)
     loaded = keras.saving.load_model(str(tmp_path / "int8.keras"))
-    modes = {layer.name: layer.quantization_mode for layer in loaded._flatten_layers()
+    modes = {layer.name: layer.quantization_mode for layer in sublayers(loaded, include_self=True)
              if layer.name in ("query", "Dense_0", "pre_logits", "head")}
     assert modes == dict.fromkeys(("query", "Dense_0", "pre_logits", "head"), "int8")
     np.testing.assert_allclose(*_logits(loaded, INT8[1]), atol=1e-5)
