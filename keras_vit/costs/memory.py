@@ -344,17 +344,13 @@ def _read_checked(model, image_size, overrides, batch_size, optimizer, flash_att
         raise ValueError(f"batch_size must be 0 or more, got {batch_size!r}.")
     _check_covered(model)
     description, height, width = read(model, image_size, overrides, "memory")
-    if flash_attention and not _flash_capable(description):
+    if flash_attention and not description.flash_capable:
         raise ValueError(f"flash_attention=True counts a ViT whose attention adds no bias; "
                          f"{label(model)}'s attention is axial, adds relative-position logits or "
                          f"is absent (a ResNet): count it with flash_attention=False.")
     return description, height, width
 
 
-def _flash_capable(description):
-    """Whether every attention of the described model may run a flash kernel (no bias)."""
-    return (isinstance(description, ViTConfig) and not description.encoder.axial
-            and description.encoder.position_embedding != "relative")
 
 
 def xla_memory(model, batch_size, *, training=True, optimizer="sgd"):

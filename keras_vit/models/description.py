@@ -127,7 +127,7 @@ class Description(Settings):
     the section's prefix) and ``MODEL`` (the family in messages, "A ViT"); and these answers:
     ``image_size`` ((height, width), or None for any size), ``num_channels``, ``stride``
     (pixels per feature side), ``grid`` (the feature grid of ``image_size``), ``head`` (None
-    for a backbone) and ``check_input``.
+    for a backbone), ``flash_capable`` and ``check_input``.
     """
 
     SECTIONS: ClassVar[dict] = {}
@@ -143,6 +143,12 @@ class Description(Settings):
             elif value is not None and not isinstance(value, section):
                 raise TypeError(f"{type(self).__name__}'s {name} must be a {section.__name__} "
                                 f"or a dict, got {value!r}.")
+
+    @property
+    def flash_capable(self):
+        """Whether every attention of the model may run a flash kernel: token-to-token attention
+        that adds no logits. False unless the family says otherwise (a convolution has none)."""
+        return False
 
     @property
     def grid(self):
@@ -303,6 +309,12 @@ class ViTConfig(Description):
     def is_axial(self):
         """Whether the encoder is axial (an Axial-ViT, Appendix D.6)."""
         return self.encoder.axial
+
+    @property
+    def flash_capable(self):
+        """A flash kernel takes no bias: not an Axial-ViT's row/column attention, not relative
+        position logits."""
+        return not self.encoder.axial and self.encoder.position_embedding != "relative"
 
     @property
     def learned_grid(self):

@@ -86,3 +86,12 @@ def test_a_head_may_be_the_pre_logits_layer_alone():
     assert model.output_shape == (None, 8)
     with pytest.raises(ValueError, match="num_classes must be a positive integer, got None"):
         Head(num_classes=None)
+
+
+@pytest.mark.parametrize("name, capable", [
+    ("ViT-B/16", True), ("R50+ViT-B/16", True), ("Axial-ViT-B/16", False), ("BiT-M-R50x1", False),
+    ("AxialResNet50", False)])
+def test_every_description_says_whether_a_flash_kernel_fits(name, capable):
+    assert model_config(name).flash_capable is capable
+    relative = model_config("ViT-B/16").replace(position_embedding="relative")
+    assert not relative.flash_capable
