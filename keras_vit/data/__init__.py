@@ -10,7 +10,7 @@ Example:
 """
 
 from keras_vit import _submodules
-from keras_vit.data.arrays import Batches, Examples, from_arrays
+from keras_vit.data.arrays import Batches, Examples, from_arrays, shared_images
 from keras_vit.data.class_names import imagenet2012_class_names
 from keras_vit.data.datasets import (
     DATASETS,
@@ -48,6 +48,7 @@ __all__ = [
     "pipeline",
     "preprocess",
     "resolution",
+    "shared_images",
     "take_per_class",
     "to_unit_range",
 ]

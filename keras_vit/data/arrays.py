@@ -75,6 +75,25 @@ def take_per_class(examples, examples_per_class, num_classes, *, seed=0):
     return Examples(examples.images[keep], examples.labels[keep])
 
 
+def shared_images(first, second):
+    """How many images of ``first`` also occur in ``second``, compared pixel for pixel.
+
+    Each image is compared by its content (a set of its bytes: a hash, then the bytes
+    themselves), not by a summary such as the sum of its pixels, which different images share.
+    An image that occurs several times in ``first`` counts each time.
+
+    Example (equal pixel sums are not equal images):
+    >>> images = np.array([[[1, 2]], [[2, 1]], [[3, 0]]], np.uint8)  # three images, sum 3 each
+    >>> shared_images(from_arrays(images[:2], [0, 0]), from_arrays(images[1:], [0, 0]))
+    1
+    """
+    def key(image):
+        return image.dtype.str, image.shape, image.tobytes()
+
+    seen = {key(image) for image in np.ascontiguousarray(second.images)}
+    return sum(key(image) in seen for image in np.ascontiguousarray(first.images))
+
+
 class Batches(keras.utils.PyDataset):
     """Preprocessed batches of ``Examples`` (see ``keras_vit.data.pipeline`` for the arguments).
 

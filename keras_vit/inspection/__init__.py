@@ -37,6 +37,7 @@ from keras_vit.inspection.embeddings import (
     embedding_filter_components,
     position_embedding_similarity,
     position_similarity_by_distance,
+    position_similarity_by_offset,
     position_similarity_summary,
 )
 from keras_vit.inspection.faithfulness import PerturbationCurves, perturbation_curves
@@ -81,6 +82,7 @@ __all__ = [
     "plot_relevancy",
     "position_embedding_similarity",
     "position_similarity_by_distance",
+    "position_similarity_by_offset",
     "position_similarity_summary",
     "relevancy",
     "rollout_object_share",

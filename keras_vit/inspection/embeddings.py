@@ -191,3 +191,36 @@ def position_similarity_by_distance(similarity):
     steps = np.unique(squared[squared > 0])
     means = np.array([flat[squared == step].mean() for step in steps])
     return np.sqrt(steps.astype(np.float64)), means
+
+
+def position_similarity_by_offset(similarity):
+    """Mean cosine similarity of two patches' position embeddings for every offset between them.
+
+    The similarity maps of ``plot_position_embedding_similarity`` drawn as one average: entry
+    ``[rows - 1 + dr, cols - 1 + dc]`` is the mean over all pairs of patches whose second patch
+    lies ``dr`` rows below and ``dc`` columns right of the first (negative: above, left). The
+    centre is a patch with itself. Patches of one column lie on the vertical line through the
+    centre, patches of one row on the horizontal line, so a row-column structure (the paper's
+    Sec. 4.5 and Fig. 10) shows as a cross, a preference for columns as a vertical line.
+
+    Args:
+        similarity: (rows, cols, rows, cols) array from ``position_embedding_similarity``.
+
+    Returns:
+        float64 array (2 * rows - 1, 2 * cols - 1), symmetric about its centre.
+
+    Example (a pattern in which only patches of the same column are alike):
+    >>> import numpy as np
+    >>> column = np.arange(3)[None, :, None, None] == np.arange(3)[None, None, None, :]
+    >>> offsets = position_similarity_by_offset(np.broadcast_to(column, (3, 3, 3, 3)) * 1.0)
+    >>> offsets.shape, offsets[:, 2].tolist(), offsets[2].tolist()
+    ((5, 5), [1.0, 1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 1.0, 0.0, 0.0])
+    """
+    similarity = check_similarity(similarity)
+    rows, cols = similarity.shape[:2]
+    r, c = (axis.ravel() for axis in np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij"))
+    where = (rows - 1 + r[None] - r[:, None], cols - 1 + c[None] - c[:, None])
+    total, count = np.zeros((2 * rows - 1, 2 * cols - 1)), np.zeros((2 * rows - 1, 2 * cols - 1))
+    np.add.at(total, where, similarity.reshape(rows * cols, rows * cols))
+    np.add.at(count, where, 1)
+    return total / count

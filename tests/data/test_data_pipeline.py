@@ -182,6 +182,20 @@ def test_take_per_class():
         data.take_per_class(ds, 0, 4)
 
 
+def test_shared_images_compares_the_images_not_their_sums():
+    images = _images(40)
+    flipped = images[:, ::-1]  # the same pixel sums, other images
+    first = data.from_arrays(images[:30], np.zeros(30))
+    assert data.shared_images(first, data.from_arrays(images[20:], np.zeros(20))) == 10
+    assert data.shared_images(first, data.from_arrays(flipped, np.zeros(40))) == 0
+    twice = data.from_arrays(np.concatenate([images[:3], images[:3]]), np.zeros(6))
+    assert data.shared_images(twice, first) == 6  # a repeated image counts each time
+    kept, other = (data.take_per_class(data.from_arrays(images, np.arange(40) % 4), 5, 4, seed=s)
+                   for s in (1, 2))
+    expected = len({i.tobytes() for i in kept.images} & {i.tobytes() for i in other.images})
+    assert data.shared_images(kept, other) == expected
+
+
 def test_unknown_dataset_lists_valid_ones():
     with pytest.raises(ValueError, match="Unknown dataset 'mnist'.*fashion_mnist.*cifar10"):
         data.load("mnist", batch_size=8)

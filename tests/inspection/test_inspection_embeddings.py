@@ -9,6 +9,7 @@ from keras_vit.inspection import (
     embedding_filter_components,
     position_embedding_similarity,
     position_similarity_by_distance,
+    position_similarity_by_offset,
     position_similarity_summary,
 )
 
@@ -171,3 +172,22 @@ def test_similarity_by_distance_averages_each_distance_once():
     assert means[0] == 1.0 and not means[1:].any()
     with pytest.raises(ValueError, match="at least 2 patches"):
         position_similarity_by_distance(np.ones((1, 1, 1, 1)))
+
+
+def test_similarity_by_offset_averages_the_pairs_at_each_offset():
+    rng = np.random.default_rng(0)
+    table = rng.normal(size=(12, 5))
+    unit = table / np.linalg.norm(table, axis=1, keepdims=True)
+    similarity = (unit @ unit.T).reshape(3, 4, 3, 4)
+    offsets = position_similarity_by_offset(similarity)
+    assert offsets.shape == (5, 7)
+    np.testing.assert_allclose(offsets[2, 3], 1.0)  # every patch with itself
+    np.testing.assert_allclose(offsets, offsets[::-1, ::-1])  # (a, b) and (b, a) are alike
+    # two rows down, one column left: the pairs (0, c) -> (2, c - 1) for c = 1, 2, 3
+    expected = np.mean([similarity[0, c, 2, c - 1] for c in (1, 2, 3)])
+    np.testing.assert_allclose(offsets[2 + 2, 3 - 1], expected)
+    # the corner offset has one pair only
+    np.testing.assert_allclose(offsets[0, 0], similarity[2, 3, 0, 0])
+    with pytest.raises(ValueError, match="similarity array"):
+        position_similarity_by_offset(np.ones((3, 4, 4, 3)))
+
