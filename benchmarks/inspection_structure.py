@@ -61,7 +61,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import keras_vit  # noqa: E402
-from keras_vit import data, inspection, training  # noqa: E402
+from keras_vit import data, inspection  # noqa: E402
+from keras_vit.app.shipped import train_fashion_mnist_vit  # noqa: E402
 
 
 def shipped_config():
@@ -78,21 +79,16 @@ def build(args, shipped):
 
 
 def train(args, shipped):
+    """The trained model (``keras_vit.app.shipped.train_fashion_mnist_vit``, the shipped
+    recipe), its untrained twin, the steps and the seconds of training."""
     keras.utils.set_random_seed(args.seed)
     model = build(args, shipped)
     untrained = keras_vit.ViTImageClassifier.from_config(model.get_config())
     untrained.set_weights(model.get_weights())
     steps = args.measure or args.steps
-    model.compile(
-        optimizer=training.pretraining_optimizer(
-            steps, learning_rate=args.learning_rate, warmup_steps=max(steps // 10, 1),
-            weight_decay=args.weight_decay),
-        loss=training.classification_loss(), weighted_metrics=["accuracy"])
-    train_data = data.load("fashion_mnist", "train", batch_size=args.batch_size,
-                           image_size=args.image_size, augmentation="resize", flip=True,
-                           repeat=True, seed=args.seed)
     start = time.time()
-    model.fit(train_data, epochs=1, steps_per_epoch=steps, shuffle=False, verbose=0)
+    train_fashion_mnist_vit(steps, batch_size=args.batch_size, learning_rate=args.learning_rate,
+                            weight_decay=args.weight_decay, seed=args.seed, model=model)
     seconds = time.time() - start
     return model, untrained, steps, seconds
 

@@ -11,7 +11,8 @@ teaching notebooks. They import ``keras_vit``, never the reverse.
 - ``backend_choice``: the command's Keras backend, chosen in ``main`` before Keras is imported.
 - ``errors``: ``UsageError``, what a command reports as one line instead of a traceback.
 - ``runtime``: the notebooks' side: Colab or Kaggle, their devices, the one set-up cell's
-  ``setup`` (the command does not use it).
+  ``setup`` (the command does not use it); ``shipped``: the training run of the Fashion-MNIST
+  ViT shipped with the package, to repeat or lengthen it.
 """
 
 from keras_vit import _submodules

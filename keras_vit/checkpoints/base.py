@@ -223,12 +223,16 @@ def resize_posemb_tensor(tensors, key, config, file_grid=None):
     learns at (official fine-tuning).
 
     ``file_grid`` is the (rows, cols) the file states (a loader's ``posemb_grid``, a transformers
-    config); without it the table must be square.
+    config); without it the table must be square. A table stored in a narrower float (the
+    package's float16 weights) is resized in float32, so that loading at a new size gives the
+    table that resizing the loaded model's float32 table gives.
     """
     if key not in tensors:
         return tensors
     has_class_token = config.encoder.classifier == "token"
     table = np.asarray(tensors[key])
+    if np.issubdtype(table.dtype, np.floating) and table.dtype.itemsize < 4:
+        table = table.astype(np.float32)
     old_grid = table_grid(table.shape[1] - has_class_token, file_grid, "posemb_grid")
     new_grid = tuple(config.learned_grid)
     if old_grid == new_grid:

@@ -1,6 +1,7 @@
 """A small ViT trained on Fashion-MNIST, shipped with the package so that inspection needs no
 training: 56 x 56 px (Fashion-MNIST upsampled), 4 x 4 patches, a 14 x 14 grid like ViT-B/16's at
-224 px. ``benchmarks/inspection_structure.py`` trains it and reports what it learned."""
+224 px. ``keras_vit.app.shipped.train_fashion_mnist_vit()`` is the run that trained it (its
+defaults); ``benchmarks/inspection_structure.py`` reports what it learned."""
 
 import os
 

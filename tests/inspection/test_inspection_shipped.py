@@ -30,3 +30,17 @@ def test_shipped_model_classifies_fashion_mnist_and_the_untrained_twin_does_not(
     untrained = fashion_mnist_vit(trained=False).predict(images, verbose=0).argmax(axis=-1)
     assert (trained == truth).mean() > 0.6
     assert (untrained == truth).mean() < 0.3
+
+
+def test_loading_the_float16_file_at_a_new_size_resizes_in_float32():
+    """Loading at 112 px gives the table that resizing the loaded float32 table gives (notebook
+    05 checks this on the shipped file offline), not one rounded to float16 after resizing."""
+    from keras_vit import load_checkpoint, resize_position_embedding
+
+    def table(model):
+        return keras.ops.convert_to_numpy(model.get_layer("posembed_input").pos_embedding)
+
+    resized = load_checkpoint(WEIGHTS, image_size=112)
+    by_hand = resize_position_embedding(table(load_checkpoint(WEIGHTS)), resized.config.grid,
+                                        has_class_token=True)
+    np.testing.assert_allclose(table(resized), by_hand, atol=1e-6)
