@@ -17,7 +17,6 @@ docs/any-size-and-compute.md.
 
 import argparse
 import os
-import time
 
 PAPER = ("paper (Fig. 12 right): ViT models are clearly more memory-efficient than ResNets; "
          "the batch that fits falls as the resolution grows")
@@ -46,7 +45,7 @@ def xla_table(only=None):
     import keras
 
     from keras_vit import AxialResNetImageClassifier, ResNetImageClassifier, ViTImageClassifier
-    from keras_vit.costs.memory import memory, xla_memory
+    from keras_vit.costs.memory import xla_comparison
 
     vit = dict(num_classes=10)
     configurations = [
@@ -85,41 +84,24 @@ def xla_table(only=None):
             continue
         model = model_class(**config)
         for training in (True, False):
-            for size in (batch, 2 * batch):
-                ours = memory(model, None, size, training=training)
-                xla = xla_memory(model, size, training=training)
-                print(f"{label:18s} {'train' if training else 'predict':8s} {size:5d} "
-                      f"{ours / 2**20:10.2f} {xla / 2**20:9.2f} {ours / xla:6.2f}", flush=True)
+            for row in xla_comparison({label: model}, (batch, 2 * batch), training=training):
+                print(f"{label:18s} {'train' if training else 'predict':8s} {row.batch_size:5d} "
+                      f"{row.count / 2**20:10.2f} {row.xla / 2**20:9.2f} {row.ratio:6.2f}",
+                      flush=True)
 
 
 def throughput(sizes, batch, rounds):
-    """Inference images/s of small models on this CPU, median of interleaved rounds."""
-    import statistics
-
-    import numpy as np
-
-    import keras_vit
+    """Inference images/s of small models on this CPU, median of interleaved rounds (Fig. 12
+    left, as notebook 08 draws it)."""
+    from keras_vit.evaluation import speed_by_size
 
     names = ("ViT-Ti/16", "BiT-R26x1")
-    models = {(name, size): keras_vit.create_model(name, image_size=size)
-              for name in names for size in sizes}
-    images = {size: np.random.default_rng(0).uniform(-1, 1, (batch, size, size, 3))
-              .astype("float32") for size in sizes}
-    for (_, size), model in models.items():
-        model.predict_on_batch(images[size])  # compile
-    times = {key: [] for key in models}
-    for _ in range(rounds):
-        for (name, size), model in models.items():
-            start = time.perf_counter()
-            model.predict_on_batch(images[size])
-            times[name, size].append(time.perf_counter() - start)
+    table = speed_by_size(names, sizes, batch_size=batch, rounds=rounds)
     print(f"CPU inference, batch {batch}, images/s (median of {rounds} interleaved rounds), "
           f"{os.cpu_count()}-core CPU, load {os.getloadavg()[0]:.1f}, "
           f"backend {__import__('keras').backend.backend()}")
     for name in names:
-        print(f"{name:14s}" + "".join(
-            f"{size:>6d}px {batch / statistics.median(times[name, size]):7.1f}"
-            for size in sizes))
+        print(f"{name:14s}" + "".join(f"{size:>6d}px {speed:7.1f}" for size, speed in table[name]))
 
 
 def main():

@@ -37,6 +37,19 @@ def largest_batch(model, image_size=None, memory_gib=TPU_V3_CORE_GIB, **options)
     return batch
 
 
+def aligned_size(name, size):
+    """``size`` rounded to the nearest multiple of the named model's stride (pixels per token
+    side, or the total downsampling of a ResNet), at least one stride: the size at which
+    ``figure_12`` counts the model and ``keras_vit.evaluation.speed_by_size`` times it.
+
+    Example:
+    >>> aligned_size("ViT-H/14", 384), aligned_size("ViT-B/16", 384), aligned_size("BiT-R50x1", 380)
+    (378, 384, 384)
+    """
+    stride = describe_name(name).stride
+    return max(stride, round(size / stride) * stride)
+
+
 # The models and sizes of the paper's Fig. 12 (right), plus the hybrid R50+ViT-B/16.
 FIGURE_12_MODELS = ("ViT-B/32", "ViT-B/16", "ViT-L/16", "ViT-H/14", "R50+ViT-B/16",
                     "BiT-R50x1", "BiT-R152x2")
@@ -60,10 +73,9 @@ def figure_12(models=FIGURE_12_MODELS, sizes=FIGURE_12_SIZES, memory_gib=TPU_V3_
     """
     table = {}
     for name in models:
-        stride = describe_name(name).stride  # 1 for a ResNet: no patches to align with
         row = []
         for size in sizes:
-            size = max(stride, round(size / stride) * stride)
+            size = aligned_size(name, size)
             try:
                 row.append((size, largest_batch(name, size, memory_gib, **options)))
             except ValueError:

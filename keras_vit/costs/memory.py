@@ -52,6 +52,8 @@ Example (ViT-B/16 at 384 px, the published fine-tune):
 331
 """
 
+from typing import NamedTuple
+
 import keras
 
 from keras_vit.costs.architecture import (
@@ -381,6 +383,57 @@ def xla_memory(model, batch_size, *, training=True, optimizer="sgd"):
     analysis = compiled.memory_analysis()
     return (analysis.argument_size_in_bytes + analysis.output_size_in_bytes
             - analysis.alias_size_in_bytes + analysis.temp_size_in_bytes)
+
+
+class XlaComparison(NamedTuple):
+    """One step counted two ways: ``count``, ``memory``'s bytes, and ``xla``, what XLA
+    allocates for the compiled step (``xla_memory``; ``None`` under a backend other than jax)."""
+
+    name: str
+    batch_size: int
+    count: int
+    xla: int | None
+
+    @property
+    def ratio(self):
+        """``count / xla``: above 1 the count over-estimates; ``None`` without XLA's count."""
+        return None if self.xla is None else self.count / self.xla
+
+
+def xla_comparison(models, batch_sizes=(8, 16), *, training=False, optimizer="sgd"):
+    """``memory``'s count beside XLA's own count of the same compiled step, for built models.
+
+    How far the estimate is off, shown rather than asserted: each model at each batch size, the
+    inference step (``training=False``) or a training step. XLA's count needs the jax backend
+    (``xla_memory``); under tensorflow or torch each row's ``xla`` (and ``ratio``) is ``None``.
+
+    Args:
+        models: ``{name: model}``, keras_vit models that ``memory`` counts (small ones compile
+            in seconds on a CPU).
+        batch_sizes: the batches to compile each step for.
+        training, optimizer: as for ``memory`` and ``xla_memory``.
+
+    Returns:
+        a list of ``XlaComparison(name, batch_size, count, xla)``, model by model.
+
+    Example:
+    >>> from keras_vit import ViTImageClassifier
+    >>> model = ViTImageClassifier(image_size=16, patch_size=8, hidden_size=8, num_layers=1,
+    ...                            num_heads=2, mlp_dim=16, num_classes=3)
+    >>> rows = xla_comparison({"tiny ViT": model}, [2, 4])
+    >>> [(row.name, row.batch_size) for row in rows], rows[0].count == memory(model, None, 2,
+    ...                                                                      training=False)
+    ([('tiny ViT', 2), ('tiny ViT', 4)], True)
+    """
+    jax_backend = keras.backend.backend() == "jax"
+    rows = []
+    for name, model in models.items():
+        for batch in batch_sizes:
+            count = memory(model, None, batch, training=training, optimizer=optimizer)
+            xla = (xla_memory(model, batch, training=training, optimizer=optimizer)
+                   if jax_backend else None)
+            rows.append(XlaComparison(name, int(batch), int(count), xla))
+    return rows
 
 
 def _train_step(model, optimizer, jax):

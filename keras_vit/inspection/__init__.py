@@ -7,7 +7,8 @@ CVPR 2021).
 The computations take a ``ViTImageClassifier`` or a ``ViTBackbone`` and read the backbone
 (its ``attention_model()``, ``position_embedding_layer(block)`` and patch embedding); they
 return numpy arrays, which the ``plot_*`` helpers draw as the paper does
-(``plot_largest_batch`` draws Fig. 12 right from ``keras_vit.costs.batches.figure_12``).
+(``plot_largest_batch`` draws Fig. 12 right from ``keras_vit.costs.batches.figure_12``,
+``plot_speed_by_size`` Fig. 12 left from ``keras_vit.evaluation.speed_by_size``).
 
 Example:
 >>> import numpy as np
@@ -52,6 +53,7 @@ from keras_vit.inspection.plots import (
     plot_mean_attention_distance,
     plot_position_embedding_similarity,
     plot_relevancy,
+    plot_speed_by_size,
 )
 from keras_vit.inspection.shipped import FASHION_MNIST_VIT, fashion_mnist_vit
 
@@ -80,6 +82,7 @@ __all__ = [
     "plot_mean_attention_distance",
     "plot_position_embedding_similarity",
     "plot_relevancy",
+    "plot_speed_by_size",
     "position_embedding_similarity",
     "position_similarity_by_distance",
     "position_similarity_by_offset",

@@ -9,6 +9,7 @@ value or with ``display(fig)``, or write it with ``fig.savefig``). matplotlib is
 when a helper is called (``pip install matplotlib``, or the ``inspection`` extra).
 """
 
+from collections import Counter
 from collections.abc import Mapping
 
 import numpy as np
@@ -647,12 +648,14 @@ def _patch_outline(row, col, height, width, colour, origin=-0.5):
                      edgecolor=colour, linewidth=1.5)
 
 
-def plot_largest_batch(table, memory_gib=16, training=False, title=None):
+def plot_largest_batch(table, memory_gib=16, training=False, title=None, device="device"):
     """Fig. 12 (right): the largest batch that fits one device against the input size.
 
-    One line per model, on a log scale of batch sizes (they span two orders of magnitude); BiT
-    ResNets dashed, ViTs and hybrids solid. A size where not even one example fits (batch 0)
-    is left out of its line.
+    One line per model, on a log scale of batch sizes (they span two orders of magnitude) whose
+    ticks are labelled at 1, 2 and 5 times each power of ten; BiT ResNets dashed, ViTs and
+    hybrids solid, each with its own marker and its name and last batch written at its right
+    end (lines that run close together stay told apart). A size where not even one example fits
+    (batch 0) is left out of its line.
 
     Args:
         table: ``{model: [(image_size, batch), ...]}`` from
@@ -660,6 +663,7 @@ def plot_largest_batch(table, memory_gib=16, training=False, title=None):
         memory_gib: the device memory the table was counted for (the y label says it).
         training: whether the table counts a training step rather than inference.
         title: the figure title; by default "Fig. 12 (right), from keras_vit.memory".
+        device: what the y label calls the device ("TPUv3 core"...).
 
     Example:
     >>> fig = plot_largest_batch({"ViT-B/32": [(224, 6735), (512, 818)],
@@ -667,25 +671,96 @@ def plot_largest_batch(table, memory_gib=16, training=False, title=None):
     >>> axis = fig.axes[0]
     >>> axis.get_yscale(), axis.get_xlabel(), [line.get_linestyle() for line in axis.lines]
     ('log', 'Input size (pixels)', ['-', '--'])
+    >>> [text.get_text() for text in axis.texts]
+    ['BiT-R50x1: 378', 'ViT-B/32: 818']
     """
-    rows = {name: [(int(size), int(batch)) for size, batch in row] for name, row in
-            dict(table).items()}
-    if not rows or not all(rows.values()):
-        raise ValueError("Expected a table {model: [(image_size, batch), ...]} with at least one "
-                         "size per model, e.g. keras_vit.costs.batches.figure_12().")
-    fig = _new_figure((6.2, 4.2))
-    axis = fig.add_subplot(1, 1, 1)
-    for name, row in rows.items():
-        fitting = [(size, batch) for size, batch in row if batch > 0]
-        sizes, batches = zip(*fitting) if fitting else ((), ())
-        axis.plot(sizes, batches, "--" if name.startswith("BiT") else "-", marker="o",
-                  label=name)
-    axis.set_yscale("log")
-    axis.set_xlabel("Input size (pixels)")
     step = "training" if training else "inference"
-    axis.set_ylabel(f"Largest {step} batch per {memory_gib:g} GiB device")
+    return _plot_by_size(table, f"Largest {step} batch per {memory_gib:g} GiB {device}",
+                         title or "Fig. 12 (right), from keras_vit.memory", ".0f",
+                         "keras_vit.costs.batches.figure_12()")
+
+
+def plot_speed_by_size(table, batch_size=None, title=None):
+    """Fig. 12 (left): images per second of inference against the input size, as measured.
+
+    Drawn as ``plot_largest_batch`` draws Fig. 12 (right): one line per model on a log scale
+    labelled at 1, 2 and 5 times each power of ten, BiT ResNets dashed, each line's name and
+    last speed at its right end.
+
+    Args:
+        table: ``{model: [(image_size, images per second), ...]}`` from
+            ``keras_vit.evaluation.speed_by_size``.
+        batch_size: the batch the speeds were measured with (the y label says it).
+        title: the figure title; by default "Fig. 12 (left), measured".
+
+    Example:
+    >>> fig = plot_speed_by_size({"ViT-Ti/16": [(224, 21.0), (384, 4.6)],
+    ...                           "BiT-R26x1": [(224, 8.3), (384, 2.9)]}, batch_size=8)
+    >>> axis = fig.axes[0]
+    >>> axis.get_ylabel(), [text.get_text() for text in axis.texts]
+    ('Inference images per second (batch 8)', ['BiT-R26x1: 2.9', 'ViT-Ti/16: 4.6'])
+    """
+    label = "Inference images per second" + (f" (batch {batch_size})" if batch_size else "")
+    return _plot_by_size(table, label, title or "Fig. 12 (left), measured", ".3g",
+                         "keras_vit.evaluation.speed_by_size()")
+
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">")
+END_LABEL_GAP = 0.06  # the least distance between two end labels, in parts of the log axis
+
+
+def _plot_by_size(table, ylabel, title, value_format, source):
+    """One line per model of ``{model: [(image_size, value), ...]}`` against the size, on a log
+    scale with readable ticks, each line named with its last value at the right end."""
+    rows = {name: [(int(size), float(value)) for size, value in row if value > 0]
+            for name, row in dict(table).items()}
+    if not rows or not all(dict(table).values()):
+        raise ValueError("Expected a table {model: [(image_size, value), ...]} with at least "
+                         f"one size per model, e.g. {source}.")
+    ticker = _optional.need("matplotlib.ticker", "The keras_vit.inspection plots")
+    fig = _new_figure((7.2, 4.4))
+    axis = fig.add_subplot(1, 1, 1)
+    ends = []
+    for (name, row), marker in zip(rows.items(), MARKERS * len(rows)):
+        sizes, values = zip(*row) if row else ((), ())
+        (line,) = axis.plot(sizes, values, "--" if name.startswith("BiT") else "-",
+                            marker=marker, label=name)
+        if row:
+            ends.append((values[-1], name, line.get_color()))
+    axis.set_yscale("log")
+    low, high = axis.get_ylim()
+    subs = (1, 2, 5) if np.log10(high / low) > 1.5 else (1, 2, 3, 5, 7)  # a few ticks at least
+    axis.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=subs))
+    axis.yaxis.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.yaxis.set_minor_formatter(ticker.NullFormatter())
+    _end_labels(axis, sorted(ends), value_format)
+    axis.set_xlabel("Input size (pixels)")
+    axis.set_ylabel(ylabel)
     axis.grid(True, which="major", alpha=0.3)
-    # outside the axes, so that the legend never hides a line
-    axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-    axis.set_title(title or "Fig. 12 (right), from keras_vit.memory")
+    axis.set_title(title)
     return fig
+
+
+def _end_labels(axis, ends, value_format):
+    """Write each ``(value, name, colour)`` right of the lines' ends, lowest first, moved up
+    where it would overlap the one below."""
+    all_sizes = [int(x) for line in axis.lines for x in line.get_xdata()]
+    left, right = min(all_sizes), max(all_sizes)
+    span = max(right - left, 1)
+    axis.set_xlim(left - 0.04 * span, right + 0.34 * span)
+    counts, ticks = Counter(all_sizes), []  # the sizes most models share, none too close
+    for size in sorted(counts, key=lambda size: (-counts[size], size)):
+        if all(abs(size - tick) > 0.03 * span for tick in ticks):
+            ticks.append(size)
+    axis.set_xticks(sorted(ticks))
+    low, high = (np.log10(limit) for limit in axis.get_ylim())
+    gap, placed = END_LABEL_GAP * (high - low), []
+    for value, name, colour in ends:
+        y = np.log10(value)
+        if placed and y < placed[-1] + gap:
+            y = placed[-1] + gap
+        placed.append(y)
+        axis.text(right + 0.05 * span, 10**y, f"{name}: {value:{value_format}}", color=colour,
+                  fontsize=8, va="center")
+    if placed and placed[-1] + gap / 2 > high:
+        axis.set_ylim(top=10 ** (placed[-1] + gap / 2))

@@ -1,6 +1,6 @@
 """``keras_vit.largest_batch`` and the paper's Fig. 12 from the memory count."""
 
-from keras_vit.costs.batches import figure_12, largest_batch
+from keras_vit.costs.batches import aligned_size, figure_12, largest_batch
 from keras_vit.costs.memory import GIB, memory
 
 
@@ -23,3 +23,10 @@ def test_figure_12_reading():
         assert batches == sorted(batches, reverse=True) and batches[0] > 0, name
     assert all(v > r for (_, v), (_, r) in zip(table["ViT-B/32"], table["BiT-R50x1"]))
     assert [size for size, _ in table["ViT-H/14"]] == [224, 378, 518]
+
+
+def test_aligned_size_is_the_nearest_multiple_of_the_stride():
+    assert [aligned_size("ViT-H/14", size) for size in (224, 384, 512, 3)] == [224, 378, 518, 14]
+    assert aligned_size("R50+ViT-B/16", 300) == 304  # a hybrid: 16 pixels per token
+    assert aligned_size("BiT-R50x1", 200) == 192  # a ResNet: its 32-fold downsampling
+    assert [size for size, _ in figure_12(["ViT-H/14"], [384], training=False)["ViT-H/14"]] == [378]

@@ -141,6 +141,29 @@ def test_agreement_with_xla(model_class, config, training):
     assert 0.9 * low < ratio < 1.1 * high
 
 
+def test_xla_comparison_sets_the_count_beside_xlas():
+    """Model by model and batch by batch; XLA's count under jax (and the ratio within the
+    range of test_agreement_with_xla), None under the other backends."""
+    from keras_vit.costs.memory import XLA_AGREEMENT, xla_comparison
+
+    models = {"ViT": ViTImageClassifier(num_classes=10, image_size=32, patch_size=8,
+                                        hidden_size=32, num_layers=1, num_heads=4, mlp_dim=64),
+              "BiT": keras_vit.ResNetImageClassifier(num_classes=10, image_size=32,
+                                                     block_units=(1,), width_factor=0.5)}
+    rows = xla_comparison(models, (2, 4))
+    assert [(row.name, row.batch_size) for row in rows] == [("ViT", 2), ("ViT", 4), ("BiT", 2),
+                                                            ("BiT", 4)]
+    for row in rows:
+        assert row.count == memory(models[row.name], None, row.batch_size, training=False)
+        if keras.backend.backend() == "jax":
+            low, high = XLA_AGREEMENT["inference"]
+            assert isinstance(row.xla, int) and 0.9 * low < row.ratio < 1.1 * high
+        else:
+            assert row.xla is None and row.ratio is None
+    training = xla_comparison({"ViT": models["ViT"]}, (2,), training=True, optimizer="adamw")
+    assert training[0].count == memory(models["ViT"], None, 2, optimizer="adamw")
+
+
 # Peak bytes measured on one NVIDIA H200 (jax 0.11.2, keras 3.15.1, mixed_bfloat16, AdamW,
 # 2026-11-28; docs/results.md): training steps on cuDNN's flash attention, 224 px, by
 # `benchmarks/gpu_other_half.py` (batches up to 256) and `benchmarks/gpu.py` (960).

@@ -25,6 +25,7 @@ from keras_vit.inspection import (  # noqa: E402
     plot_largest_batch,
     plot_mean_attention_distance,
     plot_position_embedding_similarity,
+    plot_speed_by_size,
     position_embedding_similarity,
 )
 
@@ -255,5 +256,41 @@ def test_largest_batch_figure_from_the_memory_model():
     vit, bit = axis.lines
     assert list(vit.get_xdata()) == [224] and list(vit.get_ydata()) == [table["ViT-H/14"][0][1]]
     assert (vit.get_linestyle(), bit.get_linestyle()) == ("-", "--")
-    assert [t.get_text() for t in axis.get_legend().texts] == ["ViT-H/14", "BiT-R50x1"]
+    assert vit.get_marker() != bit.get_marker()
+    # each line named at its right end with its last batch, lowest first
+    labels = [t.get_text() for t in axis.texts]
+    assert labels == [f"ViT-H/14: {table['ViT-H/14'][0][1]}",
+                      f"BiT-R50x1: {table['BiT-R50x1'][1][1]}"]
+    _renders(fig)
+
+
+def test_lines_that_coincide_are_named_apart_and_the_log_ticks_read_as_numbers():
+    """ViT-B/16 and R50+ViT-B/16 end at 90 and 85 images: their end labels are moved apart,
+    and the log axis labels 1, 2 and 5 times each power of ten in plain numbers."""
+    from keras_vit.costs.batches import figure_12
+
+    table = figure_12(["ViT-B/16", "R50+ViT-B/16", "BiT-R50x1"], training=False)
+    fig = plot_largest_batch(table, memory_gib=16, device="TPUv3 core")
+    axis = fig.axes[0]
+    assert axis.get_ylabel() == "Largest inference batch per 16 GiB TPUv3 core"
+    fig.canvas.draw()
+    ticks = [t.get_text() for t in axis.get_yticklabels() if t.get_text()]
+    assert {"100", "200", "500", "1000"} <= set(ticks), ticks
+    low, high = (np.log10(limit) for limit in axis.get_ylim())
+    heights = sorted(np.log10(t.get_position()[1]) for t in axis.texts)
+    assert min(np.diff(heights)) >= 0.06 * (high - low) - 1e-9
+    assert [t.get_text() for t in axis.texts][:2] == ["R50+ViT-B/16: 85", "ViT-B/16: 90"]
+    assert list(axis.get_xticks()) == [224, 288, 384, 448, 512]
+
+
+def test_speed_figure_by_size():
+    table = {"ViT-Ti/16": [(224, 21.0), (384, 4.6)], "BiT-R26x1": [(224, 8.3), (384, 2.9)]}
+    fig = plot_speed_by_size(table, batch_size=8)
+    axis = fig.axes[0]
+    assert axis.get_yscale() == "log" and axis.get_title() == "Fig. 12 (left), measured"
+    assert axis.get_ylabel() == "Inference images per second (batch 8)"
+    assert [line.get_linestyle() for line in axis.lines] == ["-", "--"]
+    assert [t.get_text() for t in axis.texts] == ["BiT-R26x1: 2.9", "ViT-Ti/16: 4.6"]
+    with pytest.raises(ValueError, match="speed_by_size"):
+        plot_speed_by_size({"ViT-Ti/16": []})
     _renders(fig)
