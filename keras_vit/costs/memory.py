@@ -353,8 +353,6 @@ def _read_checked(model, image_size, overrides, batch_size, optimizer, flash_att
     return description, height, width
 
 
-
-
 def xla_memory(model, batch_size, *, training=True, optimizer="sgd"):
     """What XLA allocates for ``model``'s compiled step under jax: ``argument + output - alias
     + temp`` bytes of ``memory_analysis()``, the state donated as Keras's jax trainer does.

@@ -4,6 +4,8 @@ Fig. 12, left: images/s against the input size)."""
 import statistics
 import time
 
+import numpy as np
+
 
 def inference_speed(models, images, *, rounds=5):
     """Images per second of each model's forward pass, timed in interleaved rounds.
@@ -60,8 +62,6 @@ def speed_by_size(names, sizes, *, batch_size=8, rounds=5, seed=0):
     >>> [size for size, _ in table["ViT-Ti/16"]], all(s > 0 for _, s in table["ViT-Ti/16"])
     ([32, 48], True)
     """
-    import numpy as np
-
     from keras_vit.costs.batches import aligned_size
     from keras_vit.pretrained import create_model
 
