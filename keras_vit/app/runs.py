@@ -14,7 +14,7 @@ import time
 import keras
 import numpy as np
 
-from keras_vit import data
+from keras_vit import _optional, data
 from keras_vit.app import configs, run_files
 from keras_vit.app.configs import DEFAULT_MODEL, DEFAULT_OVERRIDES
 from keras_vit.app.errors import UsageError
@@ -131,6 +131,12 @@ def begin(config, model_name=None):
     (default: the checkpoint's)."""
     started = time.time()
     info = data.dataset_info(config.dataset)
+    if info.source == "tfds":
+        # Refused here, before a checkpoint is downloaded and a model built for nothing, where
+        # TensorFlow or tensorflow-datasets is missing (Colab's TPU runtime has no TensorFlow).
+        from keras_vit.data import tfdata  # noqa: F401  (its import names what to install)
+
+        _optional.need("tensorflow_datasets", f"The dataset {info.name!r}")
     if model_name is None:
         model_name = _checkpoint_name(config.checkpoint)
     keras.utils.set_random_seed(config.seed)

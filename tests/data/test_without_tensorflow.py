@@ -51,3 +51,22 @@ def test_without_tensorflow_only_the_command_picks_an_installed_backend(tmp_path
     expected = next(b for b in backend_choice.FASTEST[backend_choice.accelerator()]
                     if b != "tensorflow" and backend_choice.installed(b))
     assert result.stdout.split()[-1] == expected
+
+
+def test_a_run_on_a_tfds_dataset_says_what_to_install_before_it_downloads(tmp_path):
+    """Colab's TPU runtime has no TensorFlow: the official Colab's fine-tune (notebook 05, Part 2)
+    names the install before it fetches a 400 MB checkpoint, and leaves no run folder behind."""
+    output = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=ROOT, KERAS_BACKEND="jax", KERAS_HOME=str(tmp_path / "keras"),
+               KERAS_VIT_MIRROR="http://127.0.0.1:9")  # a download first: ConnectionError, exit 1
+    result = run_without({"tensorflow", "tensorflow_datasets"}, f"""
+from keras_vit.app import finetune
+try:
+    finetune.finetune({{"recipe": "vit_jax-colab-b32-cifar10", "output": {str(output)!r}}})
+except ModuleNotFoundError as error:
+    print("REFUSED", error)
+""", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert 'REFUSED The tf.data path' in result.stdout
+    assert 'needs tensorflow: pip install "keras-vit-paper[tfds]"' in result.stdout
+    assert not output.exists()
