@@ -30,10 +30,10 @@ from keras_vit.distribution import data_parallel
 from keras_vit.training.published import recipe
 
 # What a command reports as one line and exit status 1, without a traceback: the refusals of bad
-# values and missing files (``ValueError``, which ``errors.UsageError`` is, and
-# ``FileNotFoundError``) that the library and the runs raise with what to do instead. Anything
-# else is a bug and keeps its traceback.
-USER_ERRORS = (ValueError, FileNotFoundError)
+# values, missing files and failed downloads (``ValueError``, which ``errors.UsageError`` is,
+# ``FileNotFoundError`` and ``keras_vit.downloads``' ``ConnectionError``) that the library and the
+# runs raise with what to do instead. Anything else is a bug and keeps its traceback.
+USER_ERRORS = (ValueError, FileNotFoundError, ConnectionError)
 
 
 def _add_option(parser, groups, field):

@@ -14,6 +14,7 @@ preprocessing (``keras_vit.data.preprocessing``) applies to every source.
 import gzip
 import os
 import struct
+import zlib
 
 import numpy as np
 
@@ -49,19 +50,40 @@ _HOW_TO_GET = (
 
 
 def _read_idx(path, count):
-    """Read the first ``count`` items (all when None) of a gzipped IDX file."""
-    with gzip.open(path, "rb") as f:
-        magic = f.read(4)
-        if len(magic) != 4 or magic[:2] != b"\x00\x00" or magic[2] != 0x08:
-            raise ValueError(f"{path!r} is not an unsigned-byte IDX file (magic {magic!r}).")
-        ndim = magic[3]
-        shape = struct.unpack(f">{ndim}I", f.read(4 * ndim))
-        n = shape[0] if count is None else min(int(count), shape[0])
-        item = int(np.prod(shape[1:], dtype=np.int64))
-        data = f.read(n * item)
+    """Read the first ``count`` items (all when None) of a gzipped IDX file.
+
+    Raises ``UnreadableFile`` naming the file when it is not a whole gzipped IDX file.
+    """
+    try:
+        with gzip.open(path, "rb") as f:
+            magic = f.read(4)
+            if len(magic) != 4 or magic[:2] != b"\x00\x00" or magic[2] != 0x08:
+                raise UnreadableFile(path, f"not an unsigned-byte IDX file (magic {magic!r})")
+            ndim = magic[3]
+            shape = struct.unpack(f">{ndim}I", f.read(4 * ndim))
+            n = shape[0] if count is None else min(int(count), shape[0])
+            item = int(np.prod(shape[1:], dtype=np.int64))
+            data = f.read(n * item)
+            if n == shape[0] and f.read(1):  # read to the end: gzip checks the CRC there
+                raise UnreadableFile(path, f"longer than its header says ({shape[0]} items)")
+    except EOFError as error:  # the stream ends early: an interrupted copy or download
+        raise UnreadableFile(path, f"truncated ({error})") from error
+    except (gzip.BadGzipFile, zlib.error, struct.error) as error:
+        raise UnreadableFile(path, f"corrupt or not a gzip file ({error})") from error
+    except OSError as error:
+        raise UnreadableFile(path, f"unreadable ({error})") from error
     if len(data) != n * item:
-        raise ValueError(f"{path!r} is truncated: expected {n * item} bytes of data.")
+        raise UnreadableFile(path, f"truncated: expected {n * item} bytes of data, found "
+                             f"{len(data)}")
     return np.frombuffer(data, np.uint8).reshape((n, *shape[1:]))
+
+
+class UnreadableFile(ValueError):
+    """A Fashion-MNIST file that cannot be read whole (cut short, damaged, not IDX)."""
+
+    def __init__(self, path, problem, origin=""):
+        super().__init__(f"The Fashion-MNIST file {os.fspath(path)!r}{origin} is {problem}.")
+        self.path, self.problem = os.fspath(path), problem
 
 
 def fashion_mnist_dirs():
@@ -107,8 +129,13 @@ def _download_fashion_mnist():
                 raise ValueError("the SHA-256 of the decompressed content does not match")
         return verify
 
-    paths = [download(FASHION_MNIST_ORIGIN + name, cache_subdir=_CACHE_SUBDIR,
-                      check=check(FASHION_MNIST_SHA256[name])) for name in FASHION_MNIST_SHA256]
+    try:
+        paths = [download(FASHION_MNIST_ORIGIN + name, cache_subdir=_CACHE_SUBDIR,
+                          check=check(FASHION_MNIST_SHA256[name]))
+                 for name in FASHION_MNIST_SHA256]
+    except ConnectionError as error:  # offline: the other ways to the data
+        raise ConnectionError(f"{error} Fashion-MNIST is not on this machine. {_HOW_TO_GET}") \
+            from error
     return os.path.dirname(paths[0])
 
 
@@ -130,15 +157,53 @@ def load_fashion_mnist(path=None, *, num_train=None, num_test=None, download=Tru
     ((5, 28, 28, 1), dtype('uint8'), (3,))
     """
     folder = fashion_mnist_dir(path, download=download)
+    try:
+        return _read_fashion_mnist(folder, num_train, num_test)
+    except UnreadableFile as error:
+        if not (path is None and download and folder == _cache_folder()):
+            raise _explained(error, path) from None
+        # A cached download that turns out bad (cut or damaged since) is fetched again.
+        os.remove(error.path)
+        return _read_fashion_mnist(fashion_mnist_dir(download=True), num_train, num_test)
+
+
+def _read_fashion_mnist(folder, num_train, num_test):
     result = []
     for split, count in (("train", num_train), ("test", num_test)):
         image_file, label_file = (os.path.join(folder, name) for name in _FILES[split])
         images = _read_idx(image_file, count)[..., None]
         labels = _read_idx(label_file, count).astype(np.int64)
         if len(images) != len(labels):
-            raise ValueError(f"{image_file!r} and {label_file!r} hold different counts.")
+            raise UnreadableFile(label_file, f"not the labels of {image_file!r}: they hold "
+                                 f"{len(labels)} examples, the images {len(images)}")
         result.append((images, labels))
     return tuple(result)
+
+
+def _cache_folder():
+    from keras_vit.downloads import cache_dir
+
+    return os.path.join(cache_dir(), _CACHE_SUBDIR)
+
+
+def _explained(error, path):
+    """``error`` with where its file came from and what to do about it."""
+    file, problem = error.path, error.problem
+    folder = os.path.dirname(file)
+    again = ("an interrupted copy or download leaves a file cut short: copy the four files "
+             f"({', '.join(FASHION_MNIST_SHA256)}) into {folder!r} again")
+    if path is not None:
+        origin, fix = "", (f"{again}, or leave out the folder (path= / --data-dir) to use "
+                           "Debian's package or a download into the Keras cache")
+    elif folder == os.environ.get("KERAS_VIT_FASHION_MNIST"):
+        origin, fix = " (from $KERAS_VIT_FASHION_MNIST)", f"{again}, or unset it"
+    elif folder == _cache_folder():
+        origin, fix = " in the Keras cache", "delete it, and the next run downloads it again"
+    else:
+        origin, fix = (" of Debian's dataset-fashion-mnist",
+                       "reinstall the package (`apt-get install --reinstall "
+                       "dataset-fashion-mnist`), or set KERAS_VIT_SYSTEM_DATASETS= to skip it")
+    return UnreadableFile(file, f"{problem}; {fix}", origin=origin)
 
 
 def load_digits(*, test_fraction=0.5, seed=0):

@@ -264,3 +264,31 @@ def test_resume_after_kill(tmp_path):
     assert [r["epoch"] for r in metrics["history"]] == list(range(1, epochs + 1))
     # the optimizer state came back too: its step count covers every epoch of both runs
     assert metrics["optimizer_iterations"] == epochs * metrics["steps_per_epoch"]
+
+
+def test_train_on_a_cut_data_file_says_which_file_in_one_line(tmp_path, capsys):
+    """A ``--data-dir`` whose images were cut short by an interrupted copy (issue 60)."""
+    from tests.data.test_data_offline import _cut, _write_large
+
+    (tmp_path / "data").mkdir()
+    images = _write_large(tmp_path / "data")
+    _cut(images)
+    code = cli.main(["train", "--data-dir", str(tmp_path / "data"), "--epochs", "1",
+                     "--output", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1, err
+    assert err[0].startswith(f"keras-vit train: error: The Fashion-MNIST file {images!r} is "
+                             "truncated (Compressed file ended before the end-of-stream marker")
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_offline_without_the_data_says_how_to_get_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("KERAS_VIT_MIRROR", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KERAS_VIT_SYSTEM_DATASETS", "")
+    code = cli.main(["train", "--epochs", "1", "--output", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1, err
+    assert err[0].startswith("keras-vit train: error: Could not download http://127.0.0.1:9/")
+    assert "Fashion-MNIST is not on this machine" in err[0]
+    assert "apt-get install dataset-fashion-mnist" in err[0] and "--data-dir" in err[0]
