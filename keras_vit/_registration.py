@@ -89,8 +89,25 @@ class _ThenRegister:
         return self._loader.create_module(spec)
 
     def exec_module(self, module):
-        self._loader.exec_module(module)
+        try:
+            self._loader.exec_module(module)
+        except ImportError as error:
+            _failed_keras_import()
+            from keras_vit import _backends
+
+            explained = _backends.explain(error)
+            if explained is None:
+                raise
+            raise explained from error
         register(module)
+
+
+def _failed_keras_import():
+    """Forget the half-imported Keras, so that the next ``import keras`` starts afresh (with the
+    backend chosen since), and keep answering for it."""
+    for name in [name for name in sys.modules if name == "keras" or name.startswith("keras.")]:
+        del sys.modules[name]
+    watch()
 
 
 class _KerasImport:

@@ -19,18 +19,21 @@ made a training step 10-40x slower (docs/results.md). A variable the user set is
 """
 
 import atexit
-import importlib.util
-import json
 import os
 import re
 import sys
 import threading
 
+from keras_vit._backends import (
+    FASTEST,
+    KERAS_DEFAULT,
+    accelerator,
+    installed,
+    keras_config_backend,
+    keras_config_path,
+)
+
 CHOSEN = None  # the backend prepare_command_line chose for the user, until announced
-KERAS_DEFAULT = "tensorflow"
-# Fastest first, for the whole `keras-vit train` job: benchmarks/train_job.py on a CPU, idle and
-# shared with other programs, benchmarks/train_step.py on a GPU (the numbers: docs/results.md).
-FASTEST = {"cpu": ("torch", "tensorflow", "jax"), "gpu": ("jax", "torch", "tensorflow")}
 QUIET = {"TF_CPP_MIN_LOG_LEVEL": "2", "GRPC_VERBOSITY": "ERROR", "GLOG_minloglevel": "2"}
 # torch's intra-op threads are OpenMP's: sleeping, not spinning, while they wait for work.
 TORCH_THREADS = {"OMP_WAIT_POLICY": "PASSIVE"}
@@ -70,12 +73,6 @@ def announce(stream=None):
         CHOSEN = None
 
 
-def keras_config_path(environ=None):
-    environ = os.environ if environ is None else environ
-    home = environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
-    return os.path.join(home, "keras.json")
-
-
 def user_backend(environ=None):
     """The backend the user chose (``KERAS_BACKEND`` or a non-default keras.json), else None.
 
@@ -85,26 +82,8 @@ def user_backend(environ=None):
     environ = os.environ if environ is None else environ
     if environ.get("KERAS_BACKEND"):
         return environ["KERAS_BACKEND"]
-    try:
-        with open(keras_config_path(environ)) as file:
-            backend = json.load(file).get("backend")
-    except (OSError, ValueError, AttributeError):
-        return None  # Keras, too, ignores a missing or unreadable keras.json
-    return backend if backend and backend != KERAS_DEFAULT else None
-
-
-def installed(backend):
-    modules = {"jax": ("jax", "jaxlib"), "tensorflow": ("tensorflow",), "torch": ("torch",)}
-    try:
-        return all(importlib.util.find_spec(name) is not None
-                   for name in modules.get(backend, (backend,)))
-    except (ImportError, ValueError):
-        return False
-
-
-def accelerator():
-    """``"gpu"`` where an NVIDIA driver is loaded, else ``"cpu"`` (no framework is imported)."""
-    return "gpu" if os.path.exists("/proc/driver/nvidia/version") else "cpu"
+    backend = keras_config_backend(environ)
+    return backend if backend != KERAS_DEFAULT else None
 
 
 def choose_backend(environ=None):
