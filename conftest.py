@@ -22,17 +22,15 @@ def download_mirror(tmp_path_factory):
 
     The mirror serves the real files, found where ``keras_vit`` would look for them now, and
     they are downloaded once before the first test (the download's progress bar would otherwise
-    be part of whichever test ran first); where there are none, the loaders raise their one
-    error that says how to get the data.
+    be part of whichever test ran first); where there are none, the tests marked
+    ``fashion_mnist`` skip (``pytest_collection_modifyitems``) and any other that reads the data
+    meets the loaders' one error that says how to get it.
     Yields the mirror folder (tests may add files to it) and its URL.
     """
     from keras_vit.data import offline
     from tests import mirror
 
-    try:
-        source = offline.fashion_mnist_dir(download=False)
-    except FileNotFoundError:
-        source = None
+    source = fashion_mnist_source()
     root = tmp_path_factory.mktemp("mirror")
     mirror.build(root, fashion_mnist=source)
     url, server = mirror.serve(root)
@@ -113,10 +111,40 @@ def _doctest_leaves_the_environment(request):
     os.environ.update(saved)
 
 
+# Doctests that read the real Fashion-MNIST files (as the tests marked `fashion_mnist` do).
+DOCTEST_DATA = {"keras_vit.app.shipped.train_fashion_mnist_vit",
+                "keras_vit.data.offline.load_fashion_mnist"}
+
+
+def fashion_mnist_source():
+    """The folder this machine holds Fashion-MNIST in (``$KERAS_VIT_FASHION_MNIST``, Debian's
+    package, the Keras cache that ``keras-vit train`` downloads it into), else None. Read before
+    the session's mirror replaces the Keras cache with an empty one."""
+    from keras_vit.data import offline
+
+    try:
+        return offline.fashion_mnist_dir(download=False)
+    except FileNotFoundError:
+        return None
+
+
+# The suite downloads nothing from the internet: where the machine has no copy of the data, the
+# tests that need the real images skip and say how to get them (the others still run).
+NO_FASHION_MNIST = (
+    "needs the Fashion-MNIST files, which this machine does not have: `keras-vit train` downloads "
+    "them once into ~/.keras/datasets/fashion-mnist, or `apt-get install dataset-fashion-mnist`, "
+    "or set KERAS_VIT_FASHION_MNIST to a folder holding the four .gz files")
+
+
 def pytest_collection_modifyitems(items):
+    data_missing = fashion_mnist_source() is None
     for item in items:
-        missing = _missing(DOCTEST_NEEDS.get(item.name, ())) if isinstance(
-            item, pytest.DoctestItem) else []
+        doctest = isinstance(item, pytest.DoctestItem)
+        missing = _missing(DOCTEST_NEEDS.get(item.name, ())) if doctest else []
         if missing:
             item.add_marker(pytest.mark.skip(reason=f"needs {', '.join(missing)}, which is not "
                                              "installed"))
+        needs_data = item.name in DOCTEST_DATA if doctest else item.get_closest_marker(
+            "fashion_mnist") is not None
+        if needs_data and data_missing:
+            item.add_marker(pytest.mark.skip(reason=NO_FASHION_MNIST))

@@ -138,6 +138,7 @@ def test_fashion_mnist_downloads_hash_checked(served, cache, monkeypatch, tmp_pa
     assert not (cache / "datasets" / "fashion-mnist" / "train-images-idx3-ubyte.gz").exists()
 
 
+@pytest.mark.fashion_mnist
 def test_fashion_mnist_real_files_through_the_mirror(download_mirror, cache):
     root, _ = download_mirror
     if not os.path.exists(mirror.location(root, offline.FASHION_MNIST_ORIGIN

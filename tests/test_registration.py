@@ -13,8 +13,9 @@ import keras
 import numpy as np
 
 import keras_vit
-from keras_vit import _registration
+from keras_vit import _optional, _registration
 from keras_vit.training import recipes
+from tests.conftest import installed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "keras")
@@ -46,18 +47,31 @@ print(json.dumps(results))
 
 
 def _every_registration():
-    """``{registered name: module}`` of keras_vit's classes, every library module imported."""
+    """``{registered name: module}`` of keras_vit's classes, every library module imported, and
+    the modules that could not be, for an optional package this environment lacks
+    (``keras_vit.data.tfdata`` without TensorFlow)."""
+    unavailable = set()
     for info in pkgutil.walk_packages(keras_vit.__path__, "keras_vit."):
-        if not info.name.startswith("keras_vit.app"):  # the application registers nothing
+        if info.name.startswith("keras_vit.app"):  # the application registers nothing
+            continue
+        try:
             importlib.import_module(info.name)
-    return {name: cls.__module__ for name, cls in keras.saving.get_custom_objects().items()
-            if name.startswith("keras_vit>") and cls.__module__ != _registration.__name__}
+        except ModuleNotFoundError as error:
+            if error.name not in _optional.PACKAGES or installed(error.name):
+                raise
+            unavailable.add(info.name)
+    registered = {name: cls.__module__ for name, cls in keras.saving.get_custom_objects().items()
+                  if name.startswith("keras_vit>") and cls.__module__ != _registration.__name__}
+    return registered, unavailable
 
 
 def test_the_table_names_every_registered_class_and_its_module():
     table = {f"keras_vit>{name}": module for module, names in _registration.classes().items()
              for name in names}
-    assert _every_registration() == table
+    registered, unavailable = _every_registration()
+    assert registered == {name: module for name, module in table.items()
+                          if module not in unavailable}
+    assert unavailable <= ({"keras_vit.data.tfdata"} if not installed("tensorflow") else set())
 
 
 def _compiled_file(tmp_path):

@@ -42,6 +42,7 @@ def _backend_of_run(home, output):
         return json.load(file)["backend"]
 
 
+@pytest.mark.fashion_mnist
 def test_no_choice_runs_on_the_fastest_installed_backend_and_says_so(tmp_path):
     done = _command(tmp_path, *TINY, "--output", "run")
     assert done.returncode == 0, done.stderr
@@ -58,6 +59,7 @@ def test_no_choice_runs_on_the_fastest_installed_backend_and_says_so(tmp_path):
     assert done.returncode == 0 and _backend_of_run(tmp_path, "again") == expected
 
 
+@pytest.mark.fashion_mnist
 def test_a_keras_json_choice_is_kept(tmp_path):
     chosen = next((b for b in ("jax", "torch") if b != _expected() and backend_choice.installed(b)),
                   None)

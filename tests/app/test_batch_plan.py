@@ -111,6 +111,7 @@ def _attention_in_float32(query, key, value, bias=None, flash_attention=None):
     (("gpu", "Tesla T4", 1, "7.5"),
      "Tesla T4 x1: batch 32 (32 per device), precision mixed_float16", "mixed_float16", True),
 ], ids=["cpu", "tpu", "t4"])
+@pytest.mark.fashion_mnist
 def test_train_says_its_device_and_precision(monkeypatch, capsys, tmp_path, device, line,
                                              precision, scaled):
     monkeypatch.setattr(runs, "accelerator", lambda: device)

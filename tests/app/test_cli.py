@@ -30,6 +30,7 @@ def _metrics(folder):
         return json.load(f)
 
 
+@pytest.mark.fashion_mnist
 def test_train_writes_the_run_folder(trained, capsys):
     for name in ("model.keras", "metrics.json", "history.json", "curves.png"):
         assert os.path.getsize(os.path.join(trained, name)) > 0
@@ -52,6 +53,7 @@ def test_train_writes_the_run_folder(trained, capsys):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.fashion_mnist
 def test_evaluate_a_saved_model(trained, tmp_path, capsys):
     out = str(tmp_path / "eval")
     assert cli.main(["evaluate", os.path.join(trained, "model.keras"), "--test-examples", "64",
@@ -60,6 +62,7 @@ def test_evaluate_a_saved_model(trained, tmp_path, capsys):
     assert _metrics(out)["test_accuracy"] == pytest.approx(_metrics(trained)["test_accuracy"])
 
 
+@pytest.mark.fashion_mnist
 def test_finetune_at_a_higher_resolution(trained, tmp_path):
     out = str(tmp_path / "ft")
     args = ["finetune", os.path.join(trained, "model.keras"), "--dataset", "digits",
@@ -72,6 +75,7 @@ def test_finetune_at_a_higher_resolution(trained, tmp_path):
     assert _metrics(out)["steps"] == 4 and len(_metrics(out)["history"]) == 2
 
 
+@pytest.mark.fashion_mnist
 def test_finetune_chooses_the_accumulation_that_fits_memory_gib(trained, tmp_path, capsys):
     from keras_vit.checkpoints import convert
     from keras_vit.costs.memory import GIB, memory
@@ -95,6 +99,7 @@ def test_finetune_chooses_the_accumulation_that_fits_memory_gib(trained, tmp_pat
     assert metrics["updates"] == 1
 
 
+@pytest.mark.fashion_mnist
 def test_finetune_resolution_must_be_a_multiple_of_the_patch(trained, capsys):
     args = ["finetune", os.path.join(trained, "model.keras"), "--image-size", "30",
             "--steps", "2", "--eval-every", "1", "--verbose", "0", "--output", "unused"]
@@ -154,6 +159,7 @@ def test_convert_round_trip(tmp_path, capsys):
             np.testing.assert_array_equal(a[key], b[key])
 
 
+@pytest.mark.fashion_mnist
 def test_pretrain_mpp_runs_whole_epochs(tmp_path, capsys):
     out = str(tmp_path / "mpp")
     assert cli.main(["pretrain-mpp", *TINY, "--epochs", "2", "--output", out]) == 0
@@ -223,6 +229,7 @@ def test_parsing_of_the_other_commands():
     assert cli.main([]) == 2
 
 
+@pytest.mark.fashion_mnist
 def test_resume_refuses_other_options(tmp_path, capsys):
     out = str(tmp_path / "changed")
     argv = ["train", *TINY, "--epochs", "2", "--output", out]
@@ -239,6 +246,7 @@ def test_resume_refuses_other_options(tmp_path, capsys):
     assert not os.path.exists(os.path.join(out, run_files.MODEL))  # nothing was trained
 
 
+@pytest.mark.fashion_mnist
 def test_resume_after_kill(tmp_path):
     out = str(tmp_path / "resume")
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))

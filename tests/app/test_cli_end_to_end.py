@@ -45,11 +45,13 @@ def learned(tmp_path_factory):
     return out
 
 
+@pytest.mark.fashion_mnist
 def test_train_learns(learned):
     metrics = _metrics(learned)
     assert metrics["test_accuracy"] > 2 * CHANCE, metrics["test_accuracy"]
 
 
+@pytest.mark.fashion_mnist
 def test_evaluate_split(learned, tmp_path):
     out = str(tmp_path / "eval")
     model_file = os.path.join(learned, run_files.MODEL)
@@ -66,6 +68,7 @@ def test_evaluate_split(learned, tmp_path):
     assert metrics["test_accuracy"] > 2 * CHANCE
 
 
+@pytest.mark.fashion_mnist
 @pytest.mark.skipif(not installed("safetensors"), reason=".safetensors files need safetensors")
 def test_evaluate_a_timm_file(tmp_path):
     """evaluate and finetune take every format load_checkpoint reads, not only .keras and .npz:
@@ -85,6 +88,7 @@ def test_evaluate_a_timm_file(tmp_path):
     assert results[1] == pytest.approx(results[0], abs=1e-6)
 
 
+@pytest.mark.fashion_mnist
 def test_fewshot_of_a_trained_model(learned, tmp_path, capsys):
     out = str(tmp_path / "fewshot")
     _run("fewshot", os.path.join(learned, run_files.MODEL), "--dataset", "fashion_mnist",
@@ -104,6 +108,7 @@ def test_fewshot_of_a_trained_model(learned, tmp_path, capsys):
                      "--set", "mlp_dim=32", "--set", 'stem={"num_layers":[],"width_factor":0.5}'],
      lambda config: config["config"]["stem"]),
 ])
+@pytest.mark.fashion_mnist
 def test_train_other_families_with_mixup_and_no_validation(model, overrides, setting, tmp_path):
     out = str(tmp_path / "run")
     _run("train", "--model", model, *overrides, "--image-size", "32", *SMALL_DATA,
@@ -135,6 +140,7 @@ def test_finetune_an_official_npz(tmp_path):
     assert 0.0 <= metrics["test_accuracy"] <= 1.0
 
 
+@pytest.mark.fashion_mnist
 def test_pretrain_mpp_encoder_loads_back_and_finetunes(tmp_path):
     out = str(tmp_path / "mpp")
     _run("pretrain-mpp", *TINY_VIT, *SMALL_DATA, "--epochs", "1", "--warmup-steps", "1",

@@ -5,6 +5,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from keras_vit.app import configs
 from tests.app.test_cli import ROOT, TINY
 
@@ -12,6 +14,7 @@ QUIET = TINY[:-2]  # the tiny run without its --verbose 0
 assert TINY[-2:] == ["--verbose", "0"]
 
 
+@pytest.mark.fashion_mnist
 def test_a_log_written_to_a_file_has_one_line_per_epoch(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     log = tmp_path / "train.log"

@@ -128,6 +128,7 @@ def _first_plan(plan):
     return 950 // 300 - (plan["elapsed_seconds"] + 3 > 950 - 900)
 
 
+@pytest.mark.fashion_mnist
 def test_train_plans_from_the_measured_costs_and_records_the_plan(monkeypatch, tmp_path, capsys):
     measured = _planned_epochs_of(300.0, monkeypatch)  # as planned: no re-plan
     out = str(tmp_path / "run")
@@ -149,6 +150,7 @@ def test_train_plans_from_the_measured_costs_and_records_the_plan(monkeypatch, t
     assert recorded["epochs"] == plan["epochs"] and recorded["replanned"]  # for a resumed run
 
 
+@pytest.mark.fashion_mnist
 @pytest.mark.backend_dependent  # the schedule's variables in each backend's compiled step
 def test_epochs_faster_than_planned_lengthen_the_run_and_its_schedule(monkeypatch, tmp_path,
                                                                       capsys):
@@ -183,6 +185,7 @@ class Killed(Exception):
     pass
 
 
+@pytest.mark.fashion_mnist
 @pytest.mark.backend_dependent  # the schedule's variables restored from each backend's backup
 def test_a_resumed_run_ends_where_its_last_replan_did(monkeypatch, tmp_path, capsys):
     _planned_epochs_of(1500.0, monkeypatch, step=750.0)  # as above: 3 epochs, then 6

@@ -4,6 +4,7 @@ it starts from the untrained twin of fashion_mnist_vit and it trains."""
 import inspect
 
 import numpy as np
+import pytest
 
 from keras_vit.app.shipped import SHIPPED_TRAINING, train_fashion_mnist_vit
 from keras_vit.inspection import FASHION_MNIST_VIT, fashion_mnist_vit
@@ -16,6 +17,7 @@ def test_the_defaults_are_the_shipped_run():
     assert {name: defaults[name] for name in SHIPPED_TRAINING} == SHIPPED_TRAINING
 
 
+@pytest.mark.fashion_mnist
 def test_it_trains_the_untrained_twin_of_the_shipped_model():
     twin = fashion_mnist_vit(trained=False, seed=0)
     model = train_fashion_mnist_vit(1, batch_size=8)
@@ -28,6 +30,7 @@ def test_it_trains_the_untrained_twin_of_the_shipped_model():
     assert 0 < change.max() < 0.1
 
 
+@pytest.mark.fashion_mnist
 def test_a_given_model_is_trained_in_place_and_its_loss_falls():
     model = ViTImageClassifier(config=FASHION_MNIST_VIT.replace(
         image_size=16, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32))

@@ -208,6 +208,7 @@ def test_bad_splits():
         data.load_examples("digits", "validation")
 
 
+@pytest.mark.fashion_mnist
 def test_offline_named_datasets():
     x, y = data.load("fashion_mnist", "train", batch_size=16, max_examples=32)[0]
     assert x.shape == (16, 28, 28, 1) and y.shape == (16, 10)

@@ -16,6 +16,7 @@ def test_pixel_baseline_on_real_digits():
     assert 0.9 < accuracy <= 1.0
 
 
+@pytest.mark.fashion_mnist
 def test_pixel_baseline_converges_on_thousands_of_images():
     """The per-example penalty: a fixed C = 1 left L-BFGS unconverged after 200 iterations on
     25,600 Fashion-MNIST images (the notebooks' ConvergenceWarning)."""

@@ -2,6 +2,7 @@
 
 import keras
 import numpy as np
+import pytest
 
 from keras_vit import ViTImageClassifier, data
 from keras_vit.inspection import FASHION_MNIST_VIT, fashion_mnist_vit
@@ -21,6 +22,7 @@ def test_shipped_model_has_the_documented_architecture_and_the_file_weights():
     np.testing.assert_array_equal(loaded, kernel)
 
 
+@pytest.mark.fashion_mnist
 def test_shipped_model_classifies_fashion_mnist_and_the_untrained_twin_does_not():
     # 128 images: accuracy 0.6 is 77 of them, chance (a tenth) about 13
     images, labels = data.as_arrays(data.load("fashion_mnist", "test", batch_size=128,

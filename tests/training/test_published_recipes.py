@@ -10,9 +10,13 @@ import pytest
 from keras_vit.app import cli, configs, finetune, run_files
 from keras_vit.training.published import RECIPES, recipe
 from tests import mirror
-from tests.conftest import fixture_path
+from tests.conftest import fixture_path, installed
 
 tfds = pytest.importorskip("tensorflow_datasets")
+# The recipes' datasets are tensorflow-datasets', read through tf.data: a run needs TensorFlow,
+# which the dev extra leaves out (tests/data/test_without_tensorflow.py: the error without it).
+needs_tensorflow = pytest.mark.skipif(not installed("tensorflow"),
+                                      reason="a recipe's tfds dataset needs tensorflow")
 
 # The official settings, read from vision_transformer c6de1e5 (vit_jax.ipynb, README.md,
 # vit_jax/configs/common.py): (checkpoint, dataset, px, steps, warmup, published).
@@ -52,21 +56,26 @@ def test_command_line_recipe_sets_defaults_that_flags_override():
     assert from_dict == config
 
 
-def test_unknown_recipe_and_indivisible_batches_are_refused(tmp_path, capsys):
+def test_unknown_recipes_and_runs_without_a_checkpoint_are_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["finetune", "--recipe", "vit_jax-b16-cifar10-50"])
     assert "did you mean 'vit_jax-b16-cifar10-500'" in capsys.readouterr().err
     with pytest.raises(ValueError, match="Unknown fine-tuning recipe"):
         configs.FinetuneConfig.from_dict({"recipe": "b16"})
-    with pytest.raises(ValueError, match="not divisible by --accumulation 8"):
-        finetune.finetune({"recipe": "vit_jax-b16-cifar10-500", "batch_size": 12,
-                       "output": str(tmp_path / "x")})
     with pytest.raises(ValueError, match="a checkpoint .* or a published recipe"):
         finetune.finetune({"dataset": "digits", "output": str(tmp_path / "y")})
 
 
+@needs_tensorflow
+def test_a_batch_the_recipes_accumulation_does_not_divide_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="not divisible by --accumulation 8"):
+        finetune.finetune({"recipe": "vit_jax-b16-cifar10-500", "batch_size": 12,
+                           "output": str(tmp_path / "x")})
+
+
 # Every recipe goes through the same command; two of them cover both checkpoints and both
 # datasets (the settings of all five are pinned above), which keeps CI's time down.
+@needs_tensorflow
 @pytest.mark.parametrize("name", ["vit_jax-colab-b32-cifar10", "vit_jax-b16-cifar100-500"])
 def test_recipes_run_offline_and_records_the_published_figure(
         name, download_mirror, tmp_path, capsys):
