@@ -119,8 +119,8 @@ def test_a_cut_file_is_named_with_the_fix(tmp_path):
 
 @pytest.mark.parametrize("content, problem", [
     (b"<html>404</html>", "corrupt or not a gzip file"),
-    (gzip.compress(b"hello world"), "not an unsigned-byte IDX file"),
-])
+    (gzip.compress(b"hello world", mtime=0), "not an unsigned-byte IDX file"),
+], ids=["an-html-page", "gzip-not-idx"])
 def test_a_file_of_other_content_is_named(tmp_path, content, problem):
     labels = os.path.join(tmp_path, "t10k-labels-idx1-ubyte.gz")
     _write_fake(tmp_path, 3)
