@@ -135,9 +135,10 @@ class ModelOptions(Config):
         None, f"create_model name; default: a small ViT ({DEFAULT_MODEL} with "
         f"{', '.join(f'{k}={v}' for k, v in DEFAULT_OVERRIDES.items())}, the dataset's channels)",
         group="model")
-    set: list[str] = option([], "override a model setting: a ViTConfig name for a ViT "
-                            "(hidden_size, stem...), a constructor argument for a ResNet "
-                            "(repeatable, JSON values)", group="model", action="append",
+    set: list[str] = option([], "override a model setting by its description's name: a "
+                            "ViTConfig name for a ViT (hidden_size, stem...), a ResNetConfig "
+                            "name for a ResNet (block_units, width_factor...) (repeatable, JSON "
+                            "values)", group="model", action="append",
                             metavar="KEY=VALUE")
     dropout: float | None = option(None, "dropout_rate", group="model")
     head_bias_init: float | None = option(None, "constant head bias (paper: -10)", group="model")

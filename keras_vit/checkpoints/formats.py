@@ -43,7 +43,7 @@ def load_checkpoint(path, *, format=None, image_size=None, num_classes=None,
 
     The architecture is read from the file (and from ``config.json`` for transformers). A ViT
     comes back as a ``ViTImageClassifier``, or as its ``ViTBackbone`` when the file has no head
-    or ``num_classes=0``; a BiT file as a ``ResNetV2``.
+    or ``num_classes=0``; a BiT file as a ``ResNetImageClassifier`` (or its ``ResNetBackbone``).
 
     Args:
         path: an official ``.npz`` (or URL, or published name such as
@@ -87,10 +87,10 @@ def load_checkpoint(path, *, format=None, image_size=None, num_classes=None,
 def save_checkpoint(model, path, format="official"):
     """Write ``model`` as an official ``.npz``, a timm state dict or a transformers folder.
 
-    ``model`` is a ``ViTImageClassifier``, a ``ViTBackbone`` (written without head tensors) or
-    a ``ResNetV2``. Nothing is written when the format cannot express the model (a
-    ``ValueError`` says why and which format can); files are written to a temporary name and
-    moved in place.
+    ``model`` is a ``ViTImageClassifier``, a ``ViTBackbone`` (written without head tensors), a
+    ``ResNetImageClassifier`` or a ``ResNetBackbone``. Nothing is written when the format cannot
+    express the model (a ``ValueError`` says why and which format can); files are written to a
+    temporary name and moved in place.
 
     Example (the paper's ViT, Sec. 3.1, round trip through timm's layout):
     >>> import os, tempfile

@@ -321,7 +321,7 @@ def load(path, *, image_size=None, num_classes=None, drop_pre_logits=False, pose
 def save(model, path):
     """Write a keras_vit model in the official ``.npz`` layout (``load`` reads it back; the
     official format of ``keras_vit.save_checkpoint``): a ``ViTImageClassifier``, a
-    ``ViTBackbone`` (no head keys) or a ``ResNetV2``.
+    ``ViTBackbone`` (no head keys), a ``ResNetImageClassifier`` or a ``ResNetBackbone``.
 
     A ViT built with another position embedding than the default ('learned_1d' at the 'stem',
     paper Appendix D.4) has no official layout: this raises a ``ValueError`` before writing
