@@ -34,6 +34,16 @@ def has_backup(run_dir):
     return AtomicBackup.latest(os.path.join(run_dir, BACKUP)) is not None
 
 
+def backup_epoch(run_dir):
+    """The epochs the newest backup in ``run_dir`` has finished: the epoch
+    ``BackupAndRestore`` resumes at (0 without a backup)."""
+    folder = AtomicBackup.latest(os.path.join(run_dir, BACKUP))
+    if folder is None:
+        return 0
+    with open(os.path.join(folder, "training_metadata.json")) as f:
+        return int(json.load(f)["epoch"])
+
+
 class AtomicBackup(keras.callbacks.BackupAndRestore):
     """``BackupAndRestore`` whose weights and epoch count are replaced together, atomically.
 

@@ -18,19 +18,20 @@ from keras_vit.training.recipes import pretraining_optimizer
 
 @dataclasses.dataclass
 class _Scratch:
-    """A new model and its endless training batches (``train``, ``pretrain-mpp``)."""
+    """A new model and the examples of its endless training batches (``train``,
+    ``pretrain-mpp``)."""
 
     model: keras.Model
-    batches: object
     steps_per_epoch: int
     augmentation: str
     resize_size: int | None
     examples: object
     pipeline_options: dict
 
-    def new_batches(self):
-        """Another pipeline of the same batches, from the start (for measuring)."""
-        return data.pipeline(self.examples, **self.pipeline_options)
+    def batches(self, start_epoch=0):
+        """The endless training pipeline from epoch ``start_epoch`` (0-based) on: a resumed run
+        trains on the batches it would have had without the interruption."""
+        return data.pipeline(self.examples, start_epoch=start_epoch, **self.pipeline_options)
 
 
 def _from_scratch(run, dtype=None, **pipeline_options):
@@ -46,8 +47,7 @@ def _from_scratch(run, dtype=None, **pipeline_options):
                    num_classes=info.num_classes, training=True, augmentation=augmentation,
                    resize_size=resize_size, channels=runs.channels(model), repeat=True,
                    seed=config.seed, **pipeline_options)
-    return _Scratch(model, data.pipeline(examples, **options), steps_per_epoch, augmentation,
-                    resize_size, examples, options)
+    return _Scratch(model, steps_per_epoch, augmentation, resize_size, examples, options)
 
 
 def _steps_per_epoch(examples, batch_size):
@@ -146,7 +146,7 @@ def _plan(run, scratch, test_ds, earlier):
         return earlier["epochs"], {"epochs": earlier["epochs"], "resumed": True}
     # Measured on the train step the run compiles (with a schedule of any length).
     _compile(scratch.model, config, scratch.steps_per_epoch, epochs=10**6, adjustable=True)
-    costs = planning.measure_costs(scratch.model, scratch.new_batches(), test_ds,
+    costs = planning.measure_costs(scratch.model, scratch.batches(), test_ds,
                                    runs.count_batches(test_ds), epoch_end=_epoch_end_writes)
     plan = planning.plan_epochs(config.time_budget, elapsed_seconds=time.time() - run.started,
                                 costs=costs, steps_per_epoch=scratch.steps_per_epoch,
@@ -177,9 +177,11 @@ def _fit(run, scratch, test_ds, epochs, plan, optimizer):
         epochs = config.epochs or planning.GROWTH * epochs  # fit stops at the planned end
     if config.epochs is not None:
         callbacks.append(planning.OverrunWarning(config.time_budget, run.started, epochs))
-    # One endless iterator with a fixed epoch length: a new tf.data iterator every epoch slows
-    # long jax runs down (docs/results.md).
-    scratch.model.fit(scratch.batches, epochs=epochs, steps_per_epoch=scratch.steps_per_epoch,
+    # The restored backup's epoch, not 0: the data order goes on where the interrupted run's
+    # stopped. One endless iterator with a fixed epoch length: a new tf.data iterator every
+    # epoch slows long jax runs down (docs/results.md).
+    batches = scratch.batches(run_files.backup_epoch(run.run_dir) if resuming else 0)
+    scratch.model.fit(batches, epochs=epochs, steps_per_epoch=scratch.steps_per_epoch,
                       shuffle=False, validation_data=test_ds if config.validate else None,
                       validation_freq=validation_freq, callbacks=callbacks,
                       verbose=config.keras_verbose())
@@ -248,7 +250,7 @@ def pretrain_mpp(config):
     model.compile(optimizer=_pretraining_optimizer(config, scratch.steps_per_epoch))
     log = run_files.EpochLog(run.run_dir, keep_existing=False)
     # one endless iterator, as in ``train`` (a new one each epoch slows long jax runs down)
-    model.fit(scratch.batches, epochs=config.epochs, steps_per_epoch=scratch.steps_per_epoch,
+    model.fit(scratch.batches(), epochs=config.epochs, steps_per_epoch=scratch.steps_per_epoch,
               shuffle=False, callbacks=[log], verbose=config.keras_verbose())
     final_loss = log.records[-1].get("loss") if log.records else None
     return run.finish(model.encoder, {"test_accuracy": None, "final_loss": final_loss}, log,

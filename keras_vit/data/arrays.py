@@ -100,12 +100,15 @@ class Batches(keras.utils.PyDataset):
     Training batches are shuffled (a new permutation every pass), augmented and full (the last
     partial batch is dropped); with ``repeat`` the dataset is endless. Evaluation batches keep
     every example in order; with ``pad_to`` > 1 the last batch is padded to a multiple of it
-    and every batch carries sample weights (1, and 0 for the padding).
+    and every batch carries sample weights (1, and 0 for the padding). ``start_epoch`` is the
+    pass the first batch belongs to: a run resumed after ``e`` epochs gives ``e`` and gets the
+    batches an uninterrupted run would train on next.
     """
 
     def __init__(self, examples, *, batch_size, image_size, num_classes, training,
                  augmentation="resize_crop", resize_size=None, flip=True, channels=None,
-                 evaluation="resize", mixup_alpha=0.0, repeat=False, seed=0, pad_to=1):
+                 evaluation="resize", mixup_alpha=0.0, repeat=False, seed=0, pad_to=1,
+                 start_epoch=0):
         super().__init__()
         self.examples, self.batch_size = examples, int(batch_size)
         self.preprocess = dict(image_size=image_size, training=training, flip=flip,
@@ -120,7 +123,10 @@ class Batches(keras.utils.PyDataset):
         if self.per_pass < 1:
             raise ValueError(f"The batch size {self.batch_size} is larger than the {count} "
                              "training examples; use a smaller batch size or more examples.")
-        self.passes = 0  # passes finished (non-repeating training shuffles anew each pass)
+        self.start_epoch = int(start_epoch)
+        if self.start_epoch < 0:
+            raise ValueError(f"start_epoch must be at least 0, got {start_epoch}.")
+        self.passes = 0  # passes finished here (non-repeating training shuffles anew each pass)
 
     @property
     def num_batches(self):
@@ -141,7 +147,8 @@ class Batches(keras.utils.PyDataset):
 
     def __getitem__(self, index):
         epoch, step = divmod(int(index), self.per_pass)
-        epoch += 0 if self.repeat else self.passes
+        # An endless pipeline's index runs on across passes; a finite one's restarts every pass.
+        epoch += self.start_epoch + (0 if self.repeat else self.passes)
         chosen = self._order(epoch)[step * self.batch_size:(step + 1) * self.batch_size]
         rng = np.random.default_rng([self.seed, epoch, step, 1])
         images = preprocessing.preprocess(self.examples.images[chosen], rng=rng, **self.preprocess)

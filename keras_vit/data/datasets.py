@@ -125,7 +125,7 @@ def take_per_class(examples, examples_per_class, num_classes, *, seed=0):
 
 def pipeline(examples, *, batch_size, image_size, num_classes, training, augmentation="resize_crop",
              resize_size=None, flip=True, channels=None, evaluation="resize", mixup_alpha=0.0,
-             repeat=False, cache=False, seed=0, replicas=None, **tf_options):
+             repeat=False, cache=False, seed=0, replicas=None, start_epoch=0, **tf_options):
     """Batches of preprocessed images and one-hot labels from raw examples.
 
     ``Examples`` give a ``keras.utils.PyDataset`` of numpy batches (``arrays.Batches``), a
@@ -150,6 +150,10 @@ def pipeline(examples, *, batch_size, image_size, num_classes, training, augment
         cache: cache the raw examples in memory (tf.data; in-memory examples are in memory).
         seed: shuffle / augmentation seed.
         replicas: number of replicas the batches split over; None asks the current distribution.
+        start_epoch: the pass over the examples the first batch belongs to (in-memory examples;
+            a tf.data pipeline takes no such start and begins its shuffle afresh):
+            a run resumed after ``e`` epochs passes ``e`` to train on the batches it would
+            have had without the interruption.
         **tf_options: ``shuffle_buffer`` for a tf.data pipeline.
 
     Example:
@@ -171,7 +175,7 @@ def pipeline(examples, *, batch_size, image_size, num_classes, training, augment
     if isinstance(examples, Examples):
         if tf_options:
             raise TypeError(f"Unexpected options for in-memory examples: {sorted(tf_options)}.")
-        return arrays.Batches(examples, **options)
+        return arrays.Batches(examples, start_epoch=start_epoch, **options)
     return _tfdata(examples, "pipeline").pipeline(examples, cache=cache, **options, **tf_options)
 
 

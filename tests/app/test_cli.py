@@ -274,6 +274,49 @@ def test_resume_after_kill(tmp_path):
     assert metrics["optimizer_iterations"] == epochs * metrics["steps_per_epoch"]
 
 
+
+class Killed(Exception):
+    """Stands for a kill: raised out of ``fit``, it leaves the backup a kill would leave."""
+
+
+def _killed_after(epochs, monkeypatch):
+    """Make ``train`` stop as if killed right after the backup of its ``epochs``-th epoch."""
+    back_up = run_files.AtomicBackup.on_epoch_end
+
+    def then_killed(backup, epoch, logs=None):
+        back_up(backup, epoch, logs)
+        if epoch + 1 == epochs:
+            raise Killed
+
+    monkeypatch.setattr(run_files.AtomicBackup, "on_epoch_end", then_killed)
+    return lambda: monkeypatch.setattr(run_files.AtomicBackup, "on_epoch_end", back_up)
+
+
+def _run_weights(folder):
+    model = keras.saving.load_model(os.path.join(folder, run_files.MODEL), compile=False)
+    return [keras.ops.convert_to_numpy(w) for w in model.weights]
+
+
+@pytest.mark.fashion_mnist
+@pytest.mark.backend_dependent  # the restored weights and optimizer go through each backend
+def test_a_resumed_run_trains_on_the_batches_of_an_uninterrupted_one(tmp_path, monkeypatch):
+    argv = ["train", *TINY, "--epochs", "4", "--mixup", "0.2", "--seed", "5", "--output"]
+    whole, resumed = str(tmp_path / "whole"), str(tmp_path / "resumed")
+    assert cli.main([*argv, whole]) == 0
+    not_killed = _killed_after(2, monkeypatch)
+    with pytest.raises(Killed):
+        cli.main([*argv, resumed])
+    assert len(run_files.read_history(resumed)) == 2 and run_files.has_backup(resumed)
+    not_killed()
+    assert cli.main([*argv, resumed]) == 0
+    assert _metrics(resumed)["resumed_from_epoch"] == 2
+    # epochs 3 and 4 saw the same order, crops, flips and mixup partners as the whole run's
+    losses = [[r["loss"] for r in run_files.read_history(f)] for f in (whole, resumed)]
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
+    for got, expected in zip(_run_weights(resumed), _run_weights(whole), strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
 def test_train_on_a_cut_data_file_says_which_file_in_one_line(tmp_path, capsys):
     """A ``--data-dir`` whose images were cut short by an interrupted copy (issue 60)."""
     from tests.data.test_data_offline import _cut, _write_large

@@ -135,6 +135,35 @@ def test_endless_pipeline_reshuffles_every_pass_and_repeats_exactly():
     np.testing.assert_array_equal(batches[5][0], again[5][0])
 
 
+
+@pytest.mark.parametrize("repeat", [False, True])
+def test_a_pipeline_started_at_an_epoch_gives_that_epochs_batches(repeat):
+    """What a resumed run relies on: order, crops, flips and mixup partners of epoch 2 are the
+    same whether the pipeline ran two passes first or was made to start at epoch 2."""
+    ds = data.from_arrays(_images(12), np.arange(12))
+    args = dict(batch_size=4, image_size=28, num_classes=12, training=True, repeat=repeat,
+                seed=3, augmentation="resize_crop", resize_size=32, mixup_alpha=0.4)
+
+    def epoch(batches, first):
+        return [batches[first + step] for step in range(3)]
+
+    ran = data.pipeline(ds, **args)
+    first = epoch(ran, 0)
+    if repeat:  # an endless pipeline's index runs on across epochs
+        third = epoch(ran, 6)
+    else:  # a finite one is indexed from 0 every epoch, and told when an epoch ends
+        ran.on_epoch_end()
+        ran.on_epoch_end()
+        third = epoch(ran, 0)
+    started = epoch(data.pipeline(ds, **args, start_epoch=2), 0)
+    for got, expected, other in zip(started, third, first, strict=True):
+        for a, b in zip(got, expected, strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert not np.array_equal(got[1], other[1])  # another epoch has other batches
+    with pytest.raises(ValueError, match="start_epoch"):
+        data.pipeline(ds, **args, start_epoch=-1)
+
+
 def test_eval_pipeline_pads_to_the_replicas_with_zero_weights():
     ds = data.from_arrays(_images(10), np.arange(10))
     test = data.pipeline(ds, batch_size=8, image_size=28, num_classes=10, training=False,
