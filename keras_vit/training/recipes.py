@@ -30,6 +30,7 @@ count, the head replaced by a zero-initialised Dense, often at a higher resoluti
 import keras
 
 from keras_vit.checks import positive_int
+from keras_vit.models.habits import FINE_TUNING  # the paper's constants, written once
 from keras_vit.training.optimizers import AdjustableAdamW
 from keras_vit.training.schedules import AdjustableWarmupDecay, warmup_schedule
 
@@ -75,9 +76,11 @@ def pretraining_optimizer(total_steps, *, learning_rate=1e-3, warmup_steps=10_00
 MOMENTUM_FORMS = ("trace", "keras")
 
 
-def finetuning_optimizer(total_steps, *, learning_rate=0.03, warmup_steps=500, decay="cosine",
-                         gradient_accumulation_steps=1, momentum=0.9, momentum_dtype="bfloat16",
-                         momentum_form="trace", global_clipnorm=1.0, use_ema=False,
+def finetuning_optimizer(total_steps, *, learning_rate=FINE_TUNING["learning_rate"],
+                         warmup_steps=FINE_TUNING["warmup_steps"], decay="cosine",
+                         gradient_accumulation_steps=1, momentum=FINE_TUNING["momentum"],
+                         momentum_dtype="bfloat16", momentum_form="trace",
+                         global_clipnorm=FINE_TUNING["global_clipnorm"], use_ema=False,
                          ema_momentum=0.9999):
     """The official fine-tuning optimizer: SGD with a momentum trace, clipping of the
     accumulated gradient, and warmup + decay on the update count.

@@ -1,3 +1,4 @@
+import inspect
 import math
 import warnings
 
@@ -239,3 +240,14 @@ def test_prepare_finetuning_a_bit_model_at_a_new_resolution(image_size):
     for a, b in zip(model.get_layer("block1").get_weights(),
                     tuned.get_layer("block1").get_weights()):
         np.testing.assert_array_equal(a, b)
+
+
+def test_the_fine_tuning_constants_are_written_once():
+    """``Task.compile``'s defaults and the official step's are the same numbers: one table."""
+    from keras_vit.models.habits import FINE_TUNING
+
+    defaults = {name: parameter.default for name, parameter
+                in inspect.signature(training.finetuning_optimizer).parameters.items()}
+    constants = {name: value for name, value in FINE_TUNING.items() if name != "total_steps"}
+    assert {name: defaults[name] for name in constants} == constants  # the length is required
+    assert defaults["total_steps"] is inspect.Parameter.empty
