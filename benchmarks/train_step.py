@@ -11,12 +11,18 @@ One command, one table (issue 19):
     python benchmarks/train_step.py --impl timm "timm:gelu=erf"   # timm with its exact GELU
     python benchmarks/train_step.py --impl tensorflow "tensorflow:mlp_dim=128" \
         'tensorflow:dtype_policy="mixed_bfloat16"'    # another shape, CPU mixed precision
+    python benchmarks/train_step.py --impl jax flax timm --vit-jax ~/vision_transformer
+    python benchmarks/train_step.py --impl torch timm jax flax --profile   # where the time goes
 
 The step is the one `keras-vit train` runs: AdamW (weight decay 0.05) on a warmup + cosine
 schedule, global-norm clipping at 1, softmax cross-entropy with label smoothing 0.1, accuracy
 metric, batch 256 of 28x28x1 images for the default model. keras_vit steps are `model.fit` on
 in-memory arrays; timm's are the loop a PyTorch user writes (eager, or `torch.compile`d with
-`timm-compile`), with the same optimizer, clipping and loss, and the same model: timm's GELU is
+`timm-compile`), with the same optimizer, clipping and loss, and the same model; `flax` is what a
+JAX user writes instead, the official vit_jax model (`models_vit.VisionTransformer`, from a
+snapshot of github.com/google-research/vision_transformer that `--vit-jax` names: `git clone` it,
+the package index has no vit_jax) under an optax AdamW step, jitted with its state donated. timm's
+GELU is
 set to the tanh approximation of keras_vit's models (on this CPU torch's tanh GELU took about 2
 ms more CPU time a layer, forward and backward at batch 256, than its exact one; `timm:gelu=erf`
 for timm's default).
@@ -35,6 +41,7 @@ forward's, over the GPU's dense bf16 peak).
 """
 
 import argparse
+import functools
 import importlib.util
 import json
 import math
@@ -59,7 +66,7 @@ KERAS_BACKENDS = ("jax", "tensorflow", "torch")
 # Options that build the model rather than compile it.
 SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "mlp_dim", "classifier", "patch_size",
               "stem", "attention_implementation")
-IMPLEMENTATIONS = (*KERAS_BACKENDS, "timm", "timm-compile")
+IMPLEMENTATIONS = (*KERAS_BACKENDS, "timm", "timm-compile", "flax")
 # Dense (no sparsity) bf16 peaks in TFLOP/s, from the vendors' data sheets.
 PEAK_BF16_TFLOPS = {"H100 80GB HBM3": 989.0, "H100 PCIe": 756.0, "H100 NVL": 835.0,
                     "H200": 989.0, "A100": 312.0, "L4": 121.0, "A10G": 70.0}
@@ -72,7 +79,9 @@ REQUIREMENTS = {"jax": ("jax", "pip install jax"),
                 "tensorflow": ("tensorflow", "pip install tensorflow-cpu (tensorflow on a GPU)"),
                 "torch": ("torch", "pip install torch"),
                 "timm": ("timm", "pip install torch && pip install --no-deps timm"),
-                "timm-compile": ("timm", "pip install torch && pip install --no-deps timm")}
+                "timm-compile": ("timm", "pip install torch && pip install --no-deps timm"),
+                "flax": ("flax", "pip install flax optax, and --vit-jax DIR, a clone of "
+                         "github.com/google-research/vision_transformer")}
 
 
 def train_macs(spec):
@@ -236,6 +245,61 @@ def timm_training(spec, compiled, options, args, mixed=None, backend="inductor")
     return model, forward, run
 
 
+def flax_training(spec, args):
+    """run: vit_jax's own model of ``spec``'s shape trained by the step a JAX user writes: optax's
+    AdamW with the schedule, clipping and loss of `keras-vit train`, one jitted function whose
+    parameters and optimizer state are donated; ``run()`` trains ``args.steps`` steps of
+    ``args.batch`` from host memory and returns (wall seconds, CPU seconds), the device
+    synchronised."""
+    import types
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import optax
+
+    sys.path.insert(0, os.path.abspath(os.path.expanduser(args.vit_jax)))
+    from vit_jax import models_vit
+
+    patch = int(spec["name"].split("/")[1])
+    model = models_vit.VisionTransformer(
+        num_classes=spec["num_classes"], patches=types.SimpleNamespace(size=(patch, patch)),
+        hidden_size=spec["hidden_size"], classifier=spec["classifier"], representation_size=None,
+        transformer=dict(num_layers=spec["num_layers"], num_heads=spec["num_heads"],
+                         mlp_dim=spec["mlp_dim"], dropout_rate=0.0, attention_dropout_rate=0.0))
+    images, labels = _data(spec, args.batch, args.steps, channels_last=True)
+    onehot = np.eye(spec["num_classes"], dtype="float32")[labels]
+    params = model.init(jax.random.PRNGKey(0), images[:1], train=False)["params"]
+    schedule = optax.warmup_cosine_decay_schedule(0.0, LEARNING_RATE, 100, 10_000)
+    optimizer = optax.chain(optax.clip_by_global_norm(CLIPNORM),
+                            optax.adamw(schedule, b1=0.9, b2=0.999, eps=1e-8,
+                                        weight_decay=WEIGHT_DECAY))
+    state = [params, optimizer.init(params)]
+
+    @functools.partial(jax.jit, donate_argnums=(0, 1))
+    def step(params, opt_state, x, y):
+        def loss_fn(params):
+            logits = model.apply({"params": params}, x, train=True)
+            targets = optax.smooth_labels(y, LABEL_SMOOTHING)
+            return optax.softmax_cross_entropy(logits, targets).mean(), logits
+
+        (_, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        # What Keras' accuracy metric does on every step.
+        accuracy = jnp.mean(jnp.argmax(logits, -1) == jnp.argmax(y, -1))
+        return optax.apply_updates(params, updates), opt_state, accuracy
+
+    def run():
+        start = time.perf_counter(), _cpu_seconds()
+        for i in range(args.steps):
+            batch = slice(i * args.batch, (i + 1) * args.batch)
+            state[0], state[1], accuracy = step(*state, images[batch], onehot[batch])
+        accuracy.block_until_ready()
+        return time.perf_counter() - start[0], _cpu_seconds() - start[1]
+
+    return run
+
+
 def _import_timm():
     """timm, with a stand-in for a torchvision that cannot load (tests/timm_import.py)."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -260,6 +324,60 @@ def _torch_ops(run):
     return sum(e.count for e in trace.key_averages() if e.key.startswith("aten::"))
 
 
+def _kind(name):
+    """An operation's kind: its name without XLA's ``.N`` numbering or ATen's namespace."""
+    return re.sub(r"\.\d+$", "", name).removeprefix("aten::")
+
+
+def _shares(durations, top):
+    """The ``top`` kinds by their share of the summed time, as ``[(kind, share), ...]``."""
+    total = sum(durations.values()) or 1.0
+    ranked = sorted(durations.items(), key=lambda item: -item[1])[:top]
+    return [(kind, seconds / total) for kind, seconds in ranked]
+
+
+def _torch_profile(run, top=8):
+    """Where one round's CPU time goes in torch: ATen operations by self time (ops nested in
+    others counted once)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as trace:
+        run()
+    durations = {}
+    for event in trace.key_averages():
+        if event.key.startswith("aten::"):
+            kind = _kind(event.key)
+            durations[kind] = durations.get(kind, 0.0) + event.self_cpu_time_total
+    return _shares(durations, top)
+
+
+def _xla_profile(run, top=8):
+    """Where one round's time goes in XLA:CPU: its compiled operations (fusions, dots,
+    copies...) by kind, from a jax.profiler trace."""
+    import collections
+    import glob
+    import gzip
+
+    import jax
+
+    with tempfile.TemporaryDirectory() as folder:
+        with jax.profiler.trace(folder, create_perfetto_trace=True):
+            run()
+        path = glob.glob(os.path.join(folder, "**", "*perfetto_trace.json.gz"), recursive=True)[0]
+        with gzip.open(path) as file:
+            trace = json.load(file)
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    xla = {(e["pid"], e["tid"]) for e in events if e.get("ph") == "M"
+           and e.get("name") == "thread_name" and "XLA" in e["args"]["name"]}
+    durations = collections.Counter()
+    for event in events:
+        # The executor's own spans enclose the operations: leave them out.
+        if event.get("ph") == "X" and (event["pid"], event["tid"]) in xla and not re.match(
+                r"(ThunkExecutor|SlinkyThreadPool)", event["name"]):
+            durations[_kind(event["name"])] += event.get("dur", 0)
+    return _shares(durations, top)
+
+
 def _options(text, impl):
     options = {}
     # A comma starts a new option only before "key=": JSON values may hold commas.
@@ -275,13 +393,18 @@ def worker(args):
     options = _options(option_text, impl)
     if impl in KERAS_BACKENDS:
         run = keras_training(spec, options, args)[1]
+    elif impl == "flax":
+        run = flax_training(spec, args)
     else:
         run = timm_training(spec, impl == "timm-compile", options, args)[2]
     for _ in range(args.warmup):
         run()
-    uses_torch = impl not in KERAS_BACKENDS or impl == "torch"
+    uses_torch = impl in ("torch", "timm", "timm-compile")
     ops = _torch_ops(run) / args.steps if args.ops and uses_torch else None
-    _reply({"ready": True, "ops": ops})
+    shares = None
+    if args.profile and (uses_torch or impl in ("jax", "flax")):
+        shares = (_torch_profile if uses_torch else _xla_profile)(run)
+    _reply({"ready": True, "ops": ops, "profile": shares})
     for line in sys.stdin:
         if line.strip() != "go":
             break
@@ -301,7 +424,8 @@ def _reply(message):
 class Worker:
     def __init__(self, impl, args):
         self.impl = impl
-        backend = impl.split(":")[0] if impl.split(":")[0] in KERAS_BACKENDS else "torch"
+        name = impl.split(":")[0]
+        backend = name if name in KERAS_BACKENDS else "jax" if name == "flax" else "torch"
         env = dict(os.environ, KERAS_BACKEND=backend, PYTHONUNBUFFERED="1")
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
         # Several processes share one GPU: take memory as needed, not 75 % up front.
@@ -310,13 +434,16 @@ class Worker:
                    "--model", args.model, "--batch", str(args.batch), "--steps",
                    str(args.steps), "--warmup", str(args.warmup), "--device", args.device]
         command += ["--ops"] if args.ops else []
+        command += ["--profile"] if args.profile else []
+        command += ["--vit-jax", args.vit_jax] if args.vit_jax else []
         self.log = tempfile.TemporaryFile(mode="w+")
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=self.log, text=True, env=env)
-        self.seconds, self.cpu_seconds, self.ops = [], [], None
+        self.seconds, self.cpu_seconds, self.ops, self.profile = [], [], None, None
 
     def start(self):
-        self.ops = self.read()["ops"]
+        ready = self.read()
+        self.ops, self.profile = ready["ops"], ready.get("profile")
         if self.ops is not None:
             print(f"  {self.impl}: {self.ops:,.0f} ATen ops a step", file=sys.stderr)
 
@@ -461,6 +588,28 @@ def check_installed(parser, impls, explicit):
     return [i for i in impls if i not in absent]
 
 
+def _with_vit_jax(parser, args):
+    """The implementations asked for (default: all), flax only with a vit_jax snapshot, on a
+    CPU: refused when asked for without them, left out of the default list with a note."""
+    impls = args.impl or list(IMPLEMENTATIONS)
+    problem = None
+    if args.vit_jax is None:
+        problem = ("needs --vit-jax DIR, a clone of github.com/google-research/vision_transformer "
+                   "(git clone https://github.com/google-research/vision_transformer)")
+    elif not os.path.isfile(os.path.join(os.path.expanduser(args.vit_jax), "vit_jax",
+                                         "models_vit.py")):
+        problem = f"--vit-jax {args.vit_jax!r} holds no vit_jax/models_vit.py"
+    elif args.device == "gpu":
+        problem = "runs on the CPU only (its model has no mixed-precision setting here)"
+    flax = [i for i in impls if i.split(":")[0] == "flax"]
+    if flax and problem:
+        if args.impl:
+            parser.error(f"flax {problem}")
+        print(f"(skipping flax: it {problem})", file=sys.stderr)
+        return [i for i in impls if i not in flax]
+    return impls
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", choices=sorted(MODELS), default="default")
@@ -481,6 +630,13 @@ def main():
                         help="also count the ATen ops of a step of the torch-based "
                         "implementations (torch.profiler, one extra untimed round): unlike "
                         "times, the counts do not depend on the machine's load")
+    parser.add_argument("--vit-jax", metavar="DIR",
+                        help="a clone of github.com/google-research/vision_transformer (the "
+                        "folder holding vit_jax/), for the flax implementation")
+    parser.add_argument("--profile", action="store_true",
+                        help="also say where a step's time goes (one extra untimed round): "
+                        "torch's ATen operations by self CPU time (torch, timm), XLA's compiled "
+                        "operations by kind (jax, flax)")
     parser.add_argument("--json", help="also write the per-round seconds to this file")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -493,7 +649,7 @@ def main():
     for impl in args.impl or ():
         if impl.split(":")[0] not in IMPLEMENTATIONS:
             parser.error(f"unknown implementation {impl!r}; choose among {IMPLEMENTATIONS}")
-    args.impl = check_installed(parser, args.impl or list(IMPLEMENTATIONS), bool(args.impl))
+    args.impl = check_installed(parser, _with_vit_jax(parser, args), bool(args.impl))
     print(f"model={args.model} ({spec['name']} at {spec['image_size']} px, hidden "
           f"{spec['hidden_size']}, {spec['num_layers']} layers) batch={args.batch} "
           f"steps/round={args.steps} rounds={args.rounds} device={args.device} "
@@ -501,13 +657,18 @@ def main():
     print(f"before: {environment()}")
     workers = measure(args)
     print(table(workers, args))
+    for w in workers:
+        if w.profile:
+            print(f"{w.impl}, where a step's time goes: "
+                  + ", ".join(f"{kind} {share:.0%}" for kind, share in w.profile))
     print(f"after: load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     if args.json:
         with open(args.json, "w") as file:
             json.dump({"args": vars(args), "environment": environment(),
                        "seconds": {w.impl: w.seconds for w in workers},
                        "cpu_seconds": {w.impl: w.cpu_seconds for w in workers},
-                       "ops": {w.impl: w.ops for w in workers}}, file, indent=1)
+                       "ops": {w.impl: w.ops for w in workers},
+                       "profile": {w.impl: w.profile for w in workers}}, file, indent=1)
 
 
 if __name__ == "__main__":

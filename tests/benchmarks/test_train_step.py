@@ -42,11 +42,11 @@ def test_a_missing_package_asked_for_by_name_is_an_error(monkeypatch, capsys):
 
 def test_a_missing_package_in_the_default_list_is_skipped_with_a_note(monkeypatch, capsys):
     pytest.importorskip("jax")  # the one left (the core install's backend)
-    without(monkeypatch, "tensorflow", "torch", "timm")
+    without(monkeypatch, "tensorflow", "torch", "timm", "flax")
     parser = train_step.argparse.ArgumentParser()
     kept = train_step.check_installed(parser, list(train_step.IMPLEMENTATIONS), explicit=False)
     assert kept == ["jax"]
-    assert "skipping tensorflow, torch, timm, timm-compile" in capsys.readouterr().err
+    assert "skipping tensorflow, torch, timm, timm-compile, flax" in capsys.readouterr().err
 
 
 def test_table_ratios_are_per_round(capsys):
@@ -59,3 +59,91 @@ def test_table_ratios_are_per_round(capsys):
                             args)
     assert "| keras_vit, torch backend | 60.0 (40.0-80.0) |" in text
     assert "| 3,790 | 0.83 (0.50-1.00) |" in text
+
+
+def test_flax_needs_a_vit_jax_snapshot_on_the_cpu(monkeypatch, capsys, tmp_path):
+    with pytest.raises(SystemExit):
+        run_main(monkeypatch, "--impl", "flax")
+    assert "flax needs --vit-jax DIR" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        run_main(monkeypatch, "--impl", "flax", "--vit-jax", str(tmp_path))
+    assert "holds no vit_jax/models_vit.py" in capsys.readouterr().err
+    _stand_in(tmp_path)
+    with pytest.raises(SystemExit):
+        run_main(monkeypatch, "--impl", "flax", "--vit-jax", str(tmp_path), "--device", "gpu")
+    assert "flax runs on the CPU only" in capsys.readouterr().err
+    parser = train_step.argparse.ArgumentParser()
+    args = train_step.argparse.Namespace(impl=None, vit_jax=None, device="cpu")
+    assert "flax" not in train_step._with_vit_jax(parser, args)
+    assert "(skipping flax: it needs --vit-jax DIR" in capsys.readouterr().err
+
+
+# A stand-in for vit_jax's models_vit with its constructor's arguments: the harness's step (optax,
+# donation, the loop, the clock) runs here, where no snapshot of the official code is.
+STAND_IN = """
+import flax.linen as nn
+import jax.numpy as jnp
+
+class VisionTransformer(nn.Module):
+    num_classes: int
+    patches: object
+    transformer: dict
+    hidden_size: int
+    representation_size: object = None
+    classifier: str = "token"
+
+    @nn.compact
+    def __call__(self, x, *, train):
+        x = nn.Conv(self.hidden_size, self.patches.size, strides=self.patches.size)(x)
+        return nn.Dense(self.num_classes)(jnp.mean(x, axis=(1, 2)))
+"""
+
+
+def _stand_in(folder):
+    (folder / "vit_jax").mkdir()
+    (folder / "vit_jax" / "__init__.py").write_text("")
+    (folder / "vit_jax" / "models_vit.py").write_text(STAND_IN)
+
+
+def test_the_flax_step_trains_and_times(tmp_path, monkeypatch):
+    pytest.importorskip("flax")
+    pytest.importorskip("optax")
+    _stand_in(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the snapshot's folder is put first
+    args = train_step.argparse.Namespace(batch=4, steps=3, vit_jax=str(tmp_path))
+    run = train_step.flax_training(train_step.MODELS["default"], args)
+    seconds, cpu_seconds = run()
+    assert seconds > 0 and cpu_seconds > 0
+    assert run()[0] > 0  # the donated state is carried from call to call
+
+
+def test_a_profile_is_shares_of_operation_kinds():
+    assert [train_step._kind(name) for name in ("ynn_fusion.122", "aten::addmm", "copy")] == [
+        "ynn_fusion", "addmm", "copy"]
+    shares = train_step._shares({"a": 3.0, "b": 1.0, "c": 0.0}, top=2)
+    assert shares == [("a", 0.75), ("b", 0.25)]
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_the_profiles_name_where_a_small_step_goes(backend):
+    pytest.importorskip(backend)
+    if backend == "jax":
+        import jax.numpy as jnp
+
+        def run():
+            x = jnp.ones((64, 64))
+            (jnp.tanh(x @ x) @ x).block_until_ready()
+        shares = train_step._xla_profile(run)
+    else:
+        import torch
+
+        def run():
+            x = torch.ones((64, 64))
+            torch.tanh(x @ x) @ x
+        shares = train_step._torch_profile(run)
+    total = sum(share for _, share in shares)
+    assert shares and all(0 <= share <= 1 for _, share in shares) and total <= 1 + 1e-9
+    if len(shares) < 8:  # every kind listed: the shares add up
+        assert total == pytest.approx(1)
+    if backend == "torch":
+        assert "mm" in {kind for kind, _ in shares}
