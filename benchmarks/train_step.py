@@ -315,15 +315,6 @@ def _cpu_seconds():
     return time.process_time()
 
 
-def _torch_ops(run):
-    """ATen operations (every dispatched op, nested ones included) that one round issues."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU]) as trace:
-        run()
-    return sum(e.count for e in trace.key_averages() if e.key.startswith("aten::"))
-
-
 def _kind(name):
     """An operation's kind: its name without XLA's ``.N`` numbering or ATen's namespace."""
     return re.sub(r"\.\d+$", "", name).removeprefix("aten::")
@@ -337,18 +328,19 @@ def _shares(durations, top):
 
 
 def _torch_profile(run, top=8):
-    """Where one round's CPU time goes in torch: ATen operations by self time (ops nested in
-    others counted once)."""
+    """One round under torch.profiler: ``(ATen operations it issued, every dispatched op, nested
+    ones included; where its CPU time went, ATen operations by self time)``."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as trace:
         run()
-    durations = {}
+    count, durations = 0, {}
     for event in trace.key_averages():
         if event.key.startswith("aten::"):
+            count += event.count
             kind = _kind(event.key)
             durations[kind] = durations.get(kind, 0.0) + event.self_cpu_time_total
-    return _shares(durations, top)
+    return count, _shares(durations, top)
 
 
 def _xla_profile(run, top=8):
@@ -399,11 +391,13 @@ def worker(args):
         run = timm_training(spec, impl == "timm-compile", options, args)[2]
     for _ in range(args.warmup):
         run()
-    uses_torch = impl in ("torch", "timm", "timm-compile")
-    ops = _torch_ops(run) / args.steps if args.ops and uses_torch else None
-    shares = None
-    if args.profile and (uses_torch or impl in ("jax", "flax")):
-        shares = (_torch_profile if uses_torch else _xla_profile)(run)
+    ops = shares = None
+    if impl in ("torch", "timm", "timm-compile") and (args.ops or args.profile):
+        count, shares = _torch_profile(run)  # one extra round for both
+        ops = count / args.steps if args.ops else None
+        shares = shares if args.profile else None
+    elif impl in ("jax", "flax") and args.profile:
+        shares = _xla_profile(run)
     _reply({"ready": True, "ops": ops, "profile": shares})
     for line in sys.stdin:
         if line.strip() != "go":

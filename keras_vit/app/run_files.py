@@ -40,7 +40,7 @@ def backup_epoch(run_dir):
     folder = AtomicBackup.latest(os.path.join(run_dir, BACKUP))
     if folder is None:
         return 0
-    with open(os.path.join(folder, "training_metadata.json")) as f:
+    with open(os.path.join(folder, AtomicBackup.METADATA)) as f:
         return int(json.load(f)["epoch"])
 
 
@@ -55,7 +55,8 @@ class AtomicBackup(keras.callbacks.BackupAndRestore):
     """
 
     POINTER = "CURRENT"
-    _FILES = ("latest.weights.h5", "training_metadata.json")
+    METADATA = "training_metadata.json"  # Keras' name: the epochs finished, among others
+    _FILES = ("latest.weights.h5", METADATA)
 
     def __init__(self, backup_dir):
         super().__init__(backup_dir)

@@ -90,12 +90,10 @@ def fashion_mnist_dirs():
     """The folders searched for Fashion-MNIST, in order: ``$KERAS_VIT_FASHION_MNIST``, the
     Debian package's folder under ``$KERAS_VIT_SYSTEM_DATASETS`` (default /usr/share/datasets;
     set it empty to search no system folder), the Keras cache."""
-    from keras_vit.downloads import cache_dir
-
     folders = [os.environ.get("KERAS_VIT_FASHION_MNIST")]
     system = os.environ.get("KERAS_VIT_SYSTEM_DATASETS", SYSTEM_DATASETS)
     folders += [os.path.join(root, "fashion-mnist") for root in system.split(os.pathsep) if root]
-    folders.append(os.path.join(cache_dir(), _CACHE_SUBDIR))
+    folders.append(_cache_folder())
     return [folder for folder in folders if folder]
 
 
@@ -181,6 +179,7 @@ def _read_fashion_mnist(folder, num_train, num_test):
 
 
 def _cache_folder():
+    """Where Keras' own loader, and a download here, put the files."""
     from keras_vit.downloads import cache_dir
 
     return os.path.join(cache_dir(), _CACHE_SUBDIR)

@@ -274,7 +274,6 @@ def test_resume_after_kill(tmp_path):
     assert metrics["optimizer_iterations"] == epochs * metrics["steps_per_epoch"]
 
 
-
 class Killed(Exception):
     """Stands for a kill: raised out of ``fit``, it leaves the backup a kill would leave."""
 

@@ -135,7 +135,6 @@ def test_endless_pipeline_reshuffles_every_pass_and_repeats_exactly():
     np.testing.assert_array_equal(batches[5][0], again[5][0])
 
 
-
 @pytest.mark.parametrize("repeat", [False, True])
 def test_a_pipeline_started_at_an_epoch_gives_that_epochs_batches(repeat):
     """What a resumed run relies on: order, crops, flips and mixup partners of epoch 2 are the
