@@ -20,6 +20,10 @@ MODULES = {"jax": ("jax", "jaxlib"), "tensorflow": ("tensorflow",), "torch": ("t
 # Fastest first, for the whole `keras-vit train` job: benchmarks/train_job.py on a CPU, idle and
 # shared with other programs, benchmarks/train_step.py on a GPU (the numbers: docs/results.md).
 FASTEST = {"cpu": ("torch", "tensorflow", "jax"), "gpu": ("jax", "torch", "tensorflow")}
+# Keras' variables of a run of several processes (keras.distribution.initialize), which only the
+# jax backend joins (keras_vit.distribution.join).
+DISTRIBUTION_VARIABLES = ("KERAS_DISTRIBUTION_JOB_ADDRESSES", "KERAS_DISTRIBUTION_NUM_PROCESSES",
+                          "KERAS_DISTRIBUTION_PROCESS_ID")
 
 
 def accelerator():

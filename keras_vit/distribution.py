@@ -19,15 +19,35 @@ hidden units along a ``"model"`` mesh axis (the Megatron-LM layout), so each dev
 In both cases a training batch must divide evenly over the replicas: ``check_batch_size``.
 Evaluation takes any number of examples: ``predict`` and ``evaluate`` pad the last batch to a
 multiple of the replicas and leave the padding out of their results.
+
+Several processes (jax: a TPU pod slice, one process per host, or several GPU hosts): the same
+program starts once per host with Keras' variables ``KERAS_DISTRIBUTION_JOB_ADDRESSES`` (process
+0's ``host:port``), ``KERAS_DISTRIBUTION_NUM_PROCESSES`` and ``KERAS_DISTRIBUTION_PROCESS_ID``, and
+``join()``, called before anything touches a device, joins them (``keras-vit`` does so by itself).
+The devices of every process then form one set: ``data_parallel()`` shares every global batch over
+all of them, and each process feeds only its own rows of it (``process_rows``), which
+``keras_vit.data``'s pipelines do by themselves. ``predict`` and ``evaluate`` give every process
+the results over all examples. TensorFlow's multi-worker training (``MultiWorkerMirroredStrategy``,
+``TF_CONFIG``) and several torch processes are not set up here: ``join`` refuses them.
 """
 
+import atexit
+import contextlib
+import dataclasses
 import glob
 import logging
 import os
+import socket
+import sys
+import threading
+import time
+import traceback
+import weakref
 
 import keras
 import numpy as np
 
+from keras_vit._backends import DISTRIBUTION_VARIABLES
 from keras_vit.checks import positive_int
 
 MODEL_AXIS = "model"
@@ -43,6 +63,315 @@ _VIT_LAYOUT = (
 )
 
 _log = logging.getLogger("keras_vit")
+
+# Keras' variables (keras.distribution.initialize) and the timeouts keras_vit adds to them.
+JOB_ADDRESSES, NUM_PROCESSES, PROCESS_ID = DISTRIBUTION_VARIABLES
+JOIN_TIMEOUT = "KERAS_VIT_JOIN_TIMEOUT"
+HEARTBEAT_TIMEOUT = "KERAS_VIT_HEARTBEAT_TIMEOUT"
+# JAX's own defaults: seconds to wait for every process to join, and without a heartbeat before
+# a process counts as dead (the others then stop).
+DEFAULT_TIMEOUTS = {JOIN_TIMEOUT: 300, HEARTBEAT_TIMEOUT: 100}
+# Set by Google's TPU pod slices on GKE and multislice: JAX finds the processes by itself.
+TPU_POD_VARIABLES = ("TPU_PROCESS_ADDRESSES", "TPU_WORKER_HOSTNAMES",
+                     "MEGASCALE_COORDINATOR_ADDRESS")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """Where the processes of one run meet: process 0's ``coordinator`` address (``host:port``),
+    how many processes join and which one this is, and the two timeouts in seconds."""
+
+    coordinator: str | None
+    num_processes: int | None
+    process_id: int | None
+    join_timeout: int
+    heartbeat_timeout: int
+
+    def describe(self):
+        """What ``join`` is about to do, with the timeouts and what to do when one runs out."""
+        if self.coordinator is None:
+            return ("joining the processes of this TPU pod slice (found by JAX); a process that "
+                    f"does not join within {self.join_timeout} s stops them all "
+                    f"({JOIN_TIMEOUT}).")
+        return (f"process {self.process_id} of {self.num_processes}: joining at "
+                f"{self.coordinator}. Every process waits up to {self.join_timeout} s "
+                f"({JOIN_TIMEOUT}) for the others; a process silent for {self.heartbeat_timeout} "
+                f"s ({HEARTBEAT_TIMEOUT}) stops them all (JAX's 'DEADLINE_EXCEEDED ... "
+                "RegisterTask' or 'tasks are unhealthy (stopped sending heartbeats)', naming "
+                "the process).")
+
+
+def _whole(name, value, smallest):
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        number = None
+    if number is None or number < smallest:
+        raise ValueError(f"{name}={value!r} is not a whole number of at least {smallest}; set it "
+                         f"to {'the number of processes' if name == NUM_PROCESSES else 'one'}"
+                         f"{'' if name == NUM_PROCESSES else ' from 0 to the number - 1'}.")
+    return number
+
+
+def cluster(job_addresses=None, num_processes=None, process_id=None, environ=None):
+    """The ``Cluster`` the arguments or Keras' variables describe, None for one process.
+
+    An argument wins over its variable (as in ``keras.distribution.initialize``). A TPU pod slice
+    that sets one of ``TPU_POD_VARIABLES`` gives a ``Cluster`` that JAX fills in. Wrong values
+    raise a ``ValueError`` naming the variable to fix.
+
+    Example:
+    >>> cluster(environ={})  # one process
+    >>> cluster("10.0.0.1:1234", 2, 1, environ={})
+    Cluster(coordinator='10.0.0.1:1234', num_processes=2, process_id=1, join_timeout=300, \
+heartbeat_timeout=100)
+    """
+    environ = os.environ if environ is None else environ
+    values = {name: given if given is not None else environ.get(name)
+              for name, given in ((JOB_ADDRESSES, job_addresses), (NUM_PROCESSES, num_processes),
+                                  (PROCESS_ID, process_id))}
+    timeouts = {name: _whole(name, environ.get(name, default), 1)
+                for name, default in DEFAULT_TIMEOUTS.items()}
+    timeouts = dict(join_timeout=timeouts[JOIN_TIMEOUT],
+                    heartbeat_timeout=timeouts[HEARTBEAT_TIMEOUT])
+    if all(value in (None, "") for value in values.values()):
+        if any(environ.get(name) for name in TPU_POD_VARIABLES):
+            return Cluster(None, None, None, **timeouts)
+        return None
+    missing = [name for name, value in values.items() if value in (None, "")]
+    if missing:
+        raise ValueError(f"{', '.join(missing)} not set: several processes join with all three "
+                         f"of {JOB_ADDRESSES} (process 0's host:port), {NUM_PROCESSES} and "
+                         f"{PROCESS_ID} (0 to {NUM_PROCESSES} - 1).")
+    count = _whole(NUM_PROCESSES, values[NUM_PROCESSES], 1)
+    index = _whole(PROCESS_ID, values[PROCESS_ID], 0)
+    if index >= count:
+        raise ValueError(f"{PROCESS_ID}={index} is not below {NUM_PROCESSES}={count}: number the "
+                         f"processes 0 to {count - 1}, process 0 at {JOB_ADDRESSES}.")
+    addresses = [a.strip() for a in str(values[JOB_ADDRESSES]).split(",")]
+    if len(addresses) > 1 and len(addresses) != count:
+        raise ValueError(f"{JOB_ADDRESSES} lists {len(addresses)} addresses for "
+                         f"{NUM_PROCESSES}={count} processes: give every process's address, or "
+                         "only process 0's.")
+    host, _, port = addresses[0].rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"{JOB_ADDRESSES}={values[JOB_ADDRESSES]!r}: process 0's address needs "
+                         "a host and a free port, e.g. 10.0.0.1:8476.")
+    return Cluster(addresses[0], count, index, **timeouts)
+
+
+def join(job_addresses=None, num_processes=None, process_id=None):
+    """Join the other processes of a multi-process run, once, before any device is touched.
+
+    Does nothing in a one-process run (no variables: see ``cluster``) or when already joined.
+    Otherwise, on the jax backend, it is ``keras.distribution.initialize`` with timeouts: JAX's
+    ``jax.distributed.initialize`` waits ``KERAS_VIT_JOIN_TIMEOUT`` seconds for every process and
+    stops them all when one is silent for ``KERAS_VIT_HEARTBEAT_TIMEOUT`` seconds, then Keras
+    seeds its random generator alike in all processes. A process other than 0 first waits for
+    process 0's address to answer, and raises a ``ConnectionError`` naming it when it never does.
+
+    Returns the ``Cluster`` joined, or None.
+    """
+    found = cluster(job_addresses, num_processes, process_id)
+    if found is None or (found.num_processes == 1):
+        return None
+    backend = keras.backend.backend()
+    if backend != "jax":
+        raise ValueError(
+            f"{JOB_ADDRESSES} and the other distribution variables are set, but several "
+            f"processes train together on the jax backend only (this is {backend}): set "
+            "KERAS_BACKEND=jax. TensorFlow's multi-worker training needs its own "
+            "MultiWorkerMirroredStrategy and TF_CONFIG; Keras' torch backend trains in one "
+            "process.")
+    import jax
+
+    if jax.distributed.is_initialized():
+        return found
+    if found.process_id:
+        _wait_for_coordinator(found)
+    try:
+        jax.distributed.initialize(
+            found.coordinator, found.num_processes, found.process_id,
+            initialization_timeout=found.join_timeout,
+            heartbeat_timeout_seconds=found.heartbeat_timeout)
+    except RuntimeError as error:
+        if "before any JAX" in str(error):
+            raise RuntimeError(
+                "keras_vit.distribution.join() must come before anything touches a device "
+                "(building a model, jax.devices(), keras.distribution.list_devices()): call "
+                "it first in the program.") from error
+        raise
+    from keras.src.backend.jax import distribution_lib
+
+    distribution_lib.initialize_rng()  # the rest of keras.distribution.initialize
+    if found.coordinator is not None:
+        # After JAX's own exit handler, so it runs before it: a process leaving normally stops
+        # watching before the coordination service goes away.
+        atexit.register(_LEAVING.set)
+        threading.Thread(target=_watch, args=(found,), name="keras_vit_watch",
+                         daemon=True).start()
+    return found
+
+
+# Where a failing process leaves its error for the others (JAX's key-value store), and how long
+# it waits for them to read it: its exit would break their collectives before they could.
+_STOPPED = "keras_vit_stopped"
+_NOTICE_SECONDS = 3.0
+_LEAVING = threading.Event()
+
+
+def _client():
+    from jax._src import distributed
+
+    return distributed.global_state.client
+
+
+def _watch(found, every=0.5):
+    """Stop this process, saying why, when another one has stopped with an error or process 0
+    (which holds JAX's coordination service) no longer answers."""
+    client = _client()
+    while not _LEAVING.wait(every):
+        try:
+            stopped = client.key_value_dir_get(_STOPPED)
+        except Exception:  # noqa: BLE001 (any failure: the coordinator is gone)
+            if _LEAVING.is_set() or found.process_id == 0:
+                return  # this process is leaving, or holds the service that is going
+            _stop(f"process 0 (the coordinator at {found.coordinator}) stopped answering")
+        for key, message in stopped:
+            index = int(key.rsplit("/", 1)[-1])
+            if index != found.process_id:
+                _stop(f"process {index} of {found.num_processes} stopped: {message}")
+
+
+def _stop(reason):
+    print(f"keras_vit: {reason}; process {process_index()} stops too.", file=sys.stderr,
+          flush=True)
+    os._exit(1)
+
+
+@contextlib.contextmanager
+def stopping_together():
+    """Around a multi-process run: when this process fails, the others stop too and say why
+    (otherwise they would wait in their next collective until ``KERAS_VIT_HEARTBEAT_TIMEOUT``,
+    or stop on a bare transport error). Nothing to do in a one-process run."""
+    try:
+        yield
+    except BaseException as error:
+        if keras.backend.backend() == "jax" and process_count() > 1 and _client() is not None:
+            # Said here first: the others' exit can end this process before the error is raised.
+            traceback.print_exc()
+            message = f"{type(error).__name__}: {error}"[:2000]
+            print(f"keras_vit: process {process_index()} of {process_count()} stopped: "
+                  f"{message}; stopping the others.", file=sys.stderr, flush=True)
+            with contextlib.suppress(Exception):
+                _client().key_value_set(f"{_STOPPED}/{process_index()}", message)
+                time.sleep(_NOTICE_SECONDS)
+        raise
+
+
+def _wait_for_coordinator(found):
+    host, _, port = found.coordinator.rpartition(":")
+    deadline = time.monotonic() + found.join_timeout
+    while True:
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=1).close()
+            return
+        except OSError as error:
+            if time.monotonic() > deadline:
+                raise ConnectionError(
+                    f"Process 0 of {found.num_processes} did not answer at {found.coordinator} "
+                    f"within {found.join_timeout} s ({JOIN_TIMEOUT}), {error}: start it with "
+                    f"{PROCESS_ID}=0, and check that {JOB_ADDRESSES} is its address and that "
+                    "the port is free and reachable from this host.") from None
+            time.sleep(0.2)
+
+
+def process_index():
+    """This process's number among the processes of the run (0 alone, and off jax)."""
+    if keras.backend.backend() != "jax":
+        return 0
+    import jax
+
+    return jax.process_index()
+
+
+def process_count():
+    """How many processes train together (1 alone, and off jax)."""
+    if keras.backend.backend() != "jax":
+        return 1
+    import jax
+
+    return jax.process_count()
+
+
+def is_writer():
+    """Whether this process writes the run's files: process 0, the only one that does."""
+    return process_index() == 0
+
+
+def describe_processes():
+    """``"process 0 of 2, 4 devices in all (2 here)"``; one process: ``"1 process, ..."``.
+
+    Example:
+    >>> describe_processes()  # doctest: +ELLIPSIS
+    '1 process, ... device(s)'
+    """
+    devices = len(keras.distribution.list_devices())
+    if process_count() == 1:
+        return f"1 process, {devices} device(s)"
+    import jax
+
+    return (f"process {process_index()} of {process_count()}, {devices} devices in all "
+            f"({jax.local_device_count()} here)")
+
+
+def agree(value, what):
+    """``value`` when every process has the same one (an int), else a ``ValueError`` listing
+    them: ``what`` says what they disagree on and how to make them agree."""
+    if process_count() == 1:
+        return value
+    from jax.experimental import multihost_utils
+
+    values = multihost_utils.process_allgather(np.asarray(int(value), np.int64)).tolist()
+    if len(set(values)) > 1:
+        raise ValueError(f"The processes disagree: {what} ({', '.join(map(str, values))} in "
+                         "processes 0, 1, ...).")
+    return value
+
+
+def process_rows(batch_size):
+    """The rows of a global batch of ``batch_size`` that this process feeds, in order: all of
+    them in a one-process run, else the rows the current distribution places on this process's
+    devices (a contiguous block per process for ``DataParallel``).
+
+    Example:
+    >>> process_rows(4).tolist()
+    [0, 1, 2, 3]
+    """
+    batch_size = int(batch_size)
+    distribution = keras.distribution.distribution()
+    if distribution is None or process_count() == 1:
+        return np.arange(batch_size)
+    sharding = distribution.get_data_layout((batch_size,)).backend_layout
+    rows = set()
+    for index in sharding.addressable_devices_indices_map((batch_size,)).values():
+        rows.update(range(*index[0].indices(batch_size)))
+    return np.array(sorted(rows), np.int64)
+
+
+@contextlib.contextmanager
+def _own_rows():
+    """Keras takes each process's arrays as its rows (no tf.data sharding) while active."""
+    distribution = keras.distribution.distribution()
+    if distribution is None or not hasattr(distribution, "auto_shard_dataset"):
+        yield
+        return
+    before = distribution.auto_shard_dataset
+    distribution.auto_shard_dataset = False
+    try:
+        yield
+    finally:
+        distribution.auto_shard_dataset = before
 
 
 def _tpu_resolver(tf):
@@ -151,7 +480,8 @@ def data_parallel():
     The CLI and the notebooks call it before building a model. Batch sizes must then divide by
     the device count (``check_batch_size``); evaluation pipelines pad their last batch
     (``keras_vit.data.pipeline``). TensorFlow distributes with ``strategy()`` instead, torch on
-    one device.
+    one device. Once joined to other processes (``join``) the devices are every process's and
+    each process feeds its own rows of every batch (Keras' ``auto_shard_dataset`` is off).
 
     Example:
     >>> data_parallel() == num_replicas()
@@ -160,7 +490,9 @@ def data_parallel():
     if keras.backend.backend() == "jax" and keras.distribution.distribution() is None:
         devices = keras.distribution.list_devices()
         if len(devices) > 1:
-            keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
+            # keras_vit.data's pipelines feed each process its own rows (process_rows) already.
+            keras.distribution.set_distribution(keras.distribution.DataParallel(
+                devices=devices, auto_shard_dataset=False))
             _log.info("keras_vit: data parallel over %d devices", len(devices))
     return num_replicas()
 
@@ -183,6 +515,9 @@ def predict(model, inputs, batch_size=256):
     """``model.predict(inputs)`` that works for any number of inputs on several replicas: the
     inputs are padded to a multiple of the replicas and the padding's outputs dropped.
 
+    Under several processes every process passes all the inputs and gets all the outputs; each
+    feeds only its rows of every batch (``process_rows``).
+
     Example:
     >>> import numpy as np
     >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
@@ -194,8 +529,53 @@ def predict(model, inputs, batch_size=256):
     batch_size = evaluation_batch_size(min(int(batch_size), max(len(inputs), 1)), replicas)
     missing = -len(inputs) % replicas
     padded = np.pad(inputs, ((0, missing),) + ((0, 0),) * (inputs.ndim - 1))
-    outputs = model.predict(padded, batch_size=batch_size, verbose=0)
+    if process_count() == 1:
+        outputs = model.predict(padded, batch_size=batch_size, verbose=0)
+    else:
+        outputs = _concatenated([
+            _gathered(model, padded[start:start + batch_size])[0]
+            for start in range(0, len(padded), batch_size)])
     return keras.tree.map_structure(lambda x: x[:len(inputs)], outputs)
+
+
+def _concatenated(parts):
+    return keras.tree.map_structure(lambda *xs: np.concatenate(xs), *parts)
+
+
+class _Gathered(keras.Model):
+    """A model's outputs, and any further inputs, laid out whole on every device: ``predict``
+    then returns every process's rows to every process (Keras would fetch arrays that live on
+    other processes' devices, which JAX refuses)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.inner = model
+
+    def call(self, inputs):
+        mesh = keras.distribution.distribution().device_mesh
+        values = [self.inner(inputs[0], training=False), *inputs[1:]]
+        return keras.tree.map_structure(
+            lambda x: keras.distribution.distribute_tensor(
+                x, keras.distribution.TensorLayout([None] * len(x.shape), mesh)), values)
+
+
+_GATHERED = weakref.WeakKeyDictionary()
+
+
+def _gathered(model, global_batch, *extras):
+    """``[outputs, *extras]`` of a global batch (and of arrays of its rows, ``extras``) over all
+    processes, in every process; this process feeds its rows of each."""
+    rows = process_rows(len(global_batch))
+    return _gathered_rows(model, [np.asarray(x)[rows] for x in (global_batch, *extras)])
+
+
+def _gathered_rows(model, local):
+    """``_gathered`` of this process's rows ``local`` (a list of arrays)."""
+    wrapper = _GATHERED.get(model)
+    if wrapper is None:
+        wrapper = _GATHERED[model] = _Gathered(model)
+    with _own_rows():
+        return wrapper.predict(local, batch_size=len(local[0]), verbose=0)
 
 
 def unpadded_batches(batches):
@@ -219,6 +599,25 @@ def unpadded_batches(batches):
         yield images, labels
 
 
+def _predicted_batches(model, batches):
+    """``(outputs, labels)`` of every batch of a pipeline without its padding. Under several
+    processes each batch holds this process's rows (as ``keras_vit.data``'s pipelines give
+    them), and every process gets every process's."""
+    if process_count() == 1:
+        for images, labels in unpadded_batches(batches):
+            yield predict(model, images, len(images)), labels
+        return
+    if isinstance(batches, keras.utils.PyDataset):
+        dataset = batches
+        batches = (dataset[index] for index in range(len(dataset)))
+    for batch in batches:
+        images, labels = np.asarray(batch[0]), np.asarray(batch[1])
+        weights = np.asarray(batch[2]) if len(batch) > 2 else np.ones(len(images), np.float32)
+        outputs, labels, weights = _gathered_rows(model, [images, labels, weights])
+        keep = weights > 0
+        yield outputs[keep], labels[keep]
+
+
 def evaluate(model, data, labels=None, batch_size=256):
     """``model.evaluate`` that works for any number of examples on several replicas: accuracy
     and mean loss over exactly the given examples (``model.evaluate`` would count the padding
@@ -229,7 +628,9 @@ def evaluate(model, data, labels=None, batch_size=256):
             (``model.compile(loss=...)``), gives ``"loss"``.
         data: an evaluation pipeline (``keras_vit.data.load`` / ``pipeline``, or any iterable
             of ``(images, labels[, sample weights])`` batches, weight 0 marking the padding),
-            or images with ``labels``.
+            or images with ``labels``. Under several processes a pipeline's batches are each
+            process's rows (``keras_vit.data``'s are), images and labels are all of them, and
+            every process gets the results over all examples.
         labels: with images: class indices (N,) or one-hot (N, classes); indices are one-hot
             encoded for a loss that is not a sparse one.
         batch_size: images per ``predict`` batch, for images.
@@ -244,7 +645,7 @@ def evaluate(model, data, labels=None, batch_size=256):
     ['accuracy', 'loss']
     """
     if labels is None:
-        batches = ((predict(model, x, len(x)), y) for x, y in unpadded_batches(data))
+        batches = _predicted_batches(model, data)
     else:
         batches = [(predict(model, data, batch_size), np.asarray(labels))]
     loss = _example_loss(model)
