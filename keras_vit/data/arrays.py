@@ -4,7 +4,12 @@
 ``keras.utils.PyDataset``) serves them preprocessed (``keras_vit.data.preprocessing``) with
 one-hot labels: shuffled and augmented for training, in order for evaluation. Every batch is a
 pure function of ``(seed, index)``, so runs repeat exactly and an endless training pipeline
-reshuffles at every pass without a new iterator.
+reshuffles at every pass without a new iterator; every example's augmentation is a function of
+``(seed, epoch, example)``, so it does not depend on where in the batch the example lands.
+
+Under several processes (``keras_vit.distribution.join``) each process reads and prepares only
+its own rows of every global batch (``keras_vit.distribution.process_rows``), which Keras puts
+together into the global batch: n processes train on the batches of one.
 
 On several devices (``keras.distribution.DataParallel``) an evaluation batch must split evenly:
 the last, partial batch is padded to a multiple of the replicas with blank images of weight 0.
@@ -18,6 +23,7 @@ import math
 import keras
 import numpy as np
 
+from keras_vit import distribution
 from keras_vit.checks import positive_int
 from keras_vit.data import preprocessing
 
@@ -127,6 +133,7 @@ class Batches(keras.utils.PyDataset):
         if self.start_epoch < 0:
             raise ValueError(f"start_epoch must be at least 0, got {start_epoch}.")
         self.passes = 0  # passes finished here (non-repeating training shuffles anew each pass)
+        self._process_rows = {}
 
     @property
     def num_batches(self):
@@ -150,17 +157,43 @@ class Batches(keras.utils.PyDataset):
         # An endless pipeline's index runs on across passes; a finite one's restarts every pass.
         epoch += self.start_epoch + (0 if self.repeat else self.passes)
         chosen = self._order(epoch)[step * self.batch_size:(step + 1) * self.batch_size]
-        rng = np.random.default_rng([self.seed, epoch, step, 1])
-        images = preprocessing.preprocess(self.examples.images[chosen], rng=rng, **self.preprocess)
-        labels = np.eye(self.num_classes, dtype=np.float32)[self.examples.labels[chosen]]
-        if self.training and self.mixup_alpha > 0:
-            return preprocessing.mixup(images, labels, self.mixup_alpha, rng)
+        if not self.training:
+            return self._evaluation_batch(chosen)
+        rows = self._rows(len(chosen))
+        if self.mixup_alpha <= 0:
+            return self._prepared(chosen[rows], epoch)
+        # BiT's mixup pairs row i with row N-1-i of the global batch, which may be another
+        # process's: those partners are prepared here too (their draws are theirs alone).
+        partners = len(chosen) - 1 - rows
+        needed = np.union1d(rows, partners)
+        images, labels = self._prepared(chosen[needed], epoch)
+        own, other = np.searchsorted(needed, rows), np.searchsorted(needed, partners)
+        lam = np.float32(np.random.default_rng([self.seed, epoch, step, 2]).beta(
+            self.mixup_alpha, self.mixup_alpha))
+        return (lam * images[own] + (1 - lam) * images[other],
+                lam * labels[own] + (1 - lam) * labels[other])
+
+    def _rows(self, size):
+        """This process's rows of a global batch of ``size`` (all of them in one process)."""
+        if size not in self._process_rows:
+            self._process_rows[size] = distribution.process_rows(size)
+        return self._process_rows[size]
+
+    def _prepared(self, chosen, epoch):
+        """The preprocessed images and one-hot labels of the examples ``chosen``."""
+        images = self.examples.images[chosen]
+        keys = preprocessing.example_keys(self.seed, epoch, chosen) if self.training else None
+        images = preprocessing.preprocess(images, keys=keys, **self.preprocess)
+        return images, np.eye(self.num_classes, dtype=np.float32)[self.examples.labels[chosen]]
+
+    def _evaluation_batch(self, chosen):
+        """This process's rows of an evaluation batch padded to a multiple of ``pad_to`` with
+        blank examples of weight 0 (and of the last example's label: a finite loss)."""
+        count = len(chosen)
+        rows = self._rows(count + -count % max(self.pad_to, 1))
+        real = rows < count
+        images, labels = self._prepared(chosen[np.minimum(rows, count - 1)], epoch=0)
         if self.pad_to <= 1:
             return images, labels
-        weights = np.ones(len(chosen), np.float32)
-        missing = -len(chosen) % self.pad_to
-        if missing:
-            pad = ((0, missing),) + ((0, 0),) * (images.ndim - 1)
-            images, labels = np.pad(images, pad), np.pad(labels, pad[:2], mode="edge")
-            weights = np.pad(weights, (0, missing))  # edge labels: finite losses, weighted 0
-        return images, labels, weights
+        images = np.where(real[:, None, None, None], images, np.float32(0))
+        return images, labels, real.astype(np.float32)

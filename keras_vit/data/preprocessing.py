@@ -18,6 +18,10 @@
   ones to 512 / 480.
 - mixup (BiT): one Beta(alpha, alpha) sample per batch, every image mixed with the reversed batch.
 
+Each image's random draws (its crop, its flip) come from its own 64-bit key (``keys``): the
+training pipeline makes the key of a function of (seed, epoch, the example's index), so an
+example is augmented alike however the batch is split over devices and processes.
+
 For tiny images (Fashion-MNIST's 28x28) a random translation suits better than a crop that also
 rescales: ``pad_crop`` zero-pads to ``resize_size`` and crops back (the classic CIFAR
 augmentation); it is not part of the official recipes.
@@ -172,23 +176,64 @@ def central_crop(images, size):
     return images[..., top:top + size, left:left + size, :]
 
 
-def random_crop(images, size, rng):
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix(values):
+    """SplitMix64's finaliser: uint64 -> uint64, every input bit spread over every output bit."""
+    with np.errstate(over="ignore"):
+        values = np.asarray(values, np.uint64)
+        values = (values ^ (values >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        values = (values ^ (values >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return values ^ (values >> np.uint64(31))
+
+
+def example_keys(seed, epoch, examples):
+    """One uint64 key per example: a function of ``(seed, epoch, example index)`` alone.
+
+    Example:
+    >>> keys = example_keys(0, 1, [4, 7])
+    >>> bool(keys[1] == example_keys(0, 1, [7])[0]), bool(keys[0] != example_keys(0, 2, [4])[0])
+    (True, True)
+    """
+    base = np.random.SeedSequence([int(seed), int(epoch)]).generate_state(1, np.uint64)[0]
+    with np.errstate(over="ignore"):
+        return _mix(base ^ _mix(np.asarray(examples, np.uint64) * _GOLDEN))
+
+
+def generator_keys(rng, count):
+    """``count`` keys drawn from a ``numpy.random.Generator``."""
+    return rng.integers(np.iinfo(np.uint64).max, size=count, dtype=np.uint64, endpoint=True)
+
+
+def uniform(keys, draw):
+    """The ``draw``-th uniform number in [0, 1) of every key: (N,) float64."""
+    with np.errstate(over="ignore"):
+        bits = _mix(np.asarray(keys, np.uint64) + np.uint64(draw + 1) * _GOLDEN)
+    return (bits >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+
+
+# The draws of one image: its crop's offsets, its flip, the seed of its Inception window.
+_TOP, _LEFT, _FLIP, _WINDOW = range(4)
+
+
+def random_crop(images, size, keys):
     """A random ``size`` x ``size`` window of each image of a batch (N, H, W, C)."""
     count, height, width = images.shape[:3]
-    top = rng.integers(0, height - size + 1, count)
-    left = rng.integers(0, width - size + 1, count)
+    top = np.floor(uniform(keys, _TOP) * (height - size + 1)).astype(np.int64)
+    left = np.floor(uniform(keys, _LEFT) * (width - size + 1)).astype(np.int64)
     rows = (top[:, None] + np.arange(size))[:, :, None]  # (N, size, 1)
     columns = (left[:, None] + np.arange(size))[:, None, :]  # (N, 1, size)
     return images[np.arange(count)[:, None, None], rows, columns]
 
 
-def pad_random_crop(images, padded_size, size, rng):
+def pad_random_crop(images, padded_size, size, keys):
     """Resize to ``size`` if needed, zero-pad (centred) to ``padded_size``, random-crop ``size``."""
     images = resize(images, size)
     before = (padded_size - size) // 2
     after = padded_size - size - before
     padded = np.pad(images, ((0, 0), (before, after), (before, after), (0, 0)))
-    return random_crop(padded, size, rng)
+    return random_crop(padded, size, keys)
 
 
 def inception_window(height, width, rng, area_range=(0.05, 1.0), ratio_range=(3 / 4, 4 / 3),
@@ -210,9 +255,9 @@ def inception_crop(image, size, rng):
     return resize(image[top:top + h, left:left + w], size)
 
 
-def random_flip(images, rng):
+def random_flip(images, keys):
     """Flip each image of a batch left-right with probability 1/2."""
-    flip = rng.random(len(images)) < 0.5
+    flip = uniform(keys, _FLIP) < 0.5
     return np.where(flip[:, None, None, None], images[:, :, ::-1], images)
 
 
@@ -263,21 +308,24 @@ def evaluation_preprocess(images, image_size, evaluation, resize_size):
     return to_unit_range(resize(images, image_size))
 
 
-def augment(images, image_size, augmentation, resize_size, flip, rng):
-    """The random training crop (``augmentation``) and flip of a uint8 batch (N, H, W, C)."""
+def augment(images, image_size, augmentation, resize_size, flip, keys):
+    """The random training crop (``augmentation``) and flip of a uint8 batch (N, H, W, C), each
+    image's drawn from its key (``keys``, one per image)."""
     if augmentation == "inception_crop":
-        images = np.stack([inception_crop(image, image_size, rng) for image in images])
+        seeds = (uniform(keys, _WINDOW) * 2.0 ** 53).astype(np.uint64)
+        images = np.stack([inception_crop(image, image_size, np.random.default_rng(int(seed)))
+                           for image, seed in zip(images, seeds)])
     elif augmentation == "resize_crop":
-        images = random_crop(resize(images, resize_size), image_size, rng)
+        images = random_crop(resize(images, resize_size), image_size, keys)
     elif augmentation == "pad_crop":
-        images = pad_random_crop(images, resize_size, image_size, rng)
+        images = pad_random_crop(images, resize_size, image_size, keys)
     else:
         images = resize(images, image_size)
-    return random_flip(images, rng) if flip else images
+    return random_flip(images, keys) if flip else images
 
 
 def preprocess(images, *, image_size, training, augmentation="inception_crop", resize_size=None,
-               flip=True, channels=None, evaluation="resize", rng=None):
+               flip=True, channels=None, evaluation="resize", rng=None, keys=None):
     """uint8 images (N, H, W, C) or one (H, W[, C]) -> float32 in [-1, 1] at ``image_size``.
 
     Args:
@@ -293,7 +341,8 @@ def preprocess(images, *, image_size, training, augmentation="inception_crop", r
         channels: convert to this many channels (1 or 3); None keeps the image's.
         evaluation: ``"resize"`` (vit_jax: bilinear resize to ``image_size``) or
             ``"central_crop"`` (big_vision / AugReg: short side to ``resize_size``, centre crop).
-        rng: a ``numpy.random.Generator`` (default: a fresh unseeded one).
+        rng: a ``numpy.random.Generator`` (default: a fresh unseeded one) that draws the keys.
+        keys: instead of ``rng``, the key of every image's random draws (``example_keys``).
 
     Example:
     >>> image = np.full((28, 28, 1), 255, np.uint8)
@@ -305,7 +354,6 @@ def preprocess(images, *, image_size, training, augmentation="inception_crop", r
     (384, 384, 3)
     """
     resize_size = check_augmentation(augmentation, image_size, resize_size, evaluation)
-    rng = np.random.default_rng() if rng is None else rng
     images = np.asarray(images)
     single = images.ndim <= 3
     if images.ndim == 2:
@@ -313,7 +361,9 @@ def preprocess(images, *, image_size, training, augmentation="inception_crop", r
     if single:
         images = images[None]
     if training:
-        images = to_unit_range(augment(images, image_size, augmentation, resize_size, flip, rng))
+        if keys is None:
+            keys = generator_keys(np.random.default_rng() if rng is None else rng, len(images))
+        images = to_unit_range(augment(images, image_size, augmentation, resize_size, flip, keys))
     else:
         images = evaluation_preprocess(images, image_size, evaluation, resize_size)
     images = convert_channels(images, channels)
