@@ -25,6 +25,7 @@ import sys
 import threading
 
 from keras_vit._backends import (
+    DISTRIBUTION_VARIABLES,
     FASTEST,
     KERAS_DEFAULT,
     accelerator,
@@ -66,8 +67,11 @@ def announce(stream=None):
     if CHOSEN is not None:
         device = accelerator()
         others = "|".join(b for b in FASTEST[device] if b != CHOSEN)
-        print(f"keras-vit: running on the {CHOSEN} backend, the fastest installed one for "
-              f"training on this {device.upper()} (docs/training.md); choose another with "
+        why = (f"the fastest installed one for training on this {device.upper()} "
+               "(docs/training.md)")
+        if any(os.environ.get(name) for name in DISTRIBUTION_VARIABLES):
+            why = "the one that trains in several processes (KERAS_DISTRIBUTION_* are set)"
+        print(f"keras-vit: running on the {CHOSEN} backend, {why}; choose another with "
               f"KERAS_BACKEND={others} or in {keras_config_path()}",
               file=stream or sys.stderr)
         CHOSEN = None
@@ -87,15 +91,22 @@ def user_backend(environ=None):
 
 
 def choose_backend(environ=None):
-    """Set ``KERAS_BACKEND`` to the fastest installed backend unless the user chose one.
+    """Set ``KERAS_BACKEND`` to the fastest installed backend unless the user chose one; jax,
+    the one that joins several processes, where Keras' distribution variables are set.
 
     Returns the backend chosen here, or None when the user's choice (or Keras) decides.
+
+    >>> environ = {"KERAS_DISTRIBUTION_NUM_PROCESSES": "2", "KERAS_HOME": "/nowhere"}
+    >>> choose_backend(environ), environ["KERAS_BACKEND"]
+    ('jax', 'jax')
     """
     environ = os.environ if environ is None else environ
     if user_backend(environ) is not None:
         return None
     device = accelerator()
-    backend = next((b for b in FASTEST[device] if installed(b)), None)
+    several = any(environ.get(name) for name in DISTRIBUTION_VARIABLES)
+    order = ("jax",) if several else FASTEST[device]
+    backend = next((b for b in order if installed(b)), None)
     if backend is None:
         return None  # Keras will say that no backend is installed
     environ["KERAS_BACKEND"] = backend

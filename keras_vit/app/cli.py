@@ -24,9 +24,9 @@ import dataclasses
 import json
 import sys
 
+from keras_vit import distribution
 from keras_vit.app import backend_choice, commands
 from keras_vit.app.configs import COMMANDS, value_type
-from keras_vit.distribution import data_parallel
 from keras_vit.training.published import recipe
 
 # What a command reports as one line and exit status 1, without a traceback: the refusals of bad
@@ -101,6 +101,19 @@ def _print_result(result):
     print(f"wall time: {result['wall_time_s']:.1f} s; results in {result['output']}")
 
 
+def _join():
+    """Join the other processes of a multi-process run (``keras_vit.distribution.join``), first:
+    nothing has touched a device yet. Says where this process stands, process 0 for them all."""
+    cluster = distribution.cluster()
+    if cluster is None or cluster.num_processes == 1:
+        return
+    print(f"keras-vit: {cluster.describe()}", file=sys.stderr, flush=True)
+    distribution.join()
+    if distribution.is_writer():
+        print(f"keras-vit: {distribution.describe_processes()}; process 0 writes the run "
+              "folder", flush=True)
+
+
 def main(argv=None):
     """The command line, for a process whose backend is already chosen (``keras_vit.app.main``
     is the console script's entry point)."""
@@ -113,8 +126,10 @@ def main(argv=None):
     options = vars(args)
     command = options.pop("command")
     try:
-        data_parallel()
-        result = commands.run(COMMANDS[command](**options))
+        _join()
+        with distribution.stopping_together():
+            distribution.data_parallel()
+            result = commands.run(COMMANDS[command](**options))
     except USER_ERRORS as error:
         print(f"keras-vit {command}: error: {error}", file=sys.stderr)
         return 1

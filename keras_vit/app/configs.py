@@ -23,6 +23,7 @@ import sys
 import types
 import typing
 
+from keras_vit import distribution
 from keras_vit.data.preprocessing import TRAIN_AUGMENTATIONS
 from keras_vit.models.lora import TARGETS as LORA_TARGETS
 from keras_vit.training.published import RECIPES, recipe
@@ -169,7 +170,8 @@ class OutputOptions(Config):
     def keras_verbose(self, stream=None):
         """``fit``'s ``verbose``: the one given, else the bar on a terminal and one line per
         epoch elsewhere (a file, CI, a notebook's saved output), where the bar's redraws would
-        be thousands of ``\\r``-joined, colour-coded updates and no epoch line.
+        be thousands of ``\\r``-joined, colour-coded updates and no epoch line. In a run of
+        several processes only process 0 shows its progress.
 
         >>> import io
         >>> TrainConfig.from_dict({}).keras_verbose(io.StringIO())
@@ -177,6 +179,8 @@ class OutputOptions(Config):
         >>> TrainConfig.from_dict({"verbose": 1}).keras_verbose(io.StringIO())
         1
         """
+        if not distribution.is_writer():
+            return 0
         if self.verbose is not None:
             return self.verbose
         stream = sys.stdout if stream is None else stream

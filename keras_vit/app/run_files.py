@@ -2,6 +2,11 @@
 
 ``EpochLog`` keeps the per-epoch metrics in ``history.json`` keyed by epoch, so a run that is
 killed and resumed (``keras.callbacks.BackupAndRestore``) still ends with its whole history.
+
+In a run of several processes (``keras_vit.distribution.join``) only process 0 writes; the
+others read the folder (a resumed run's backup) and write nothing into it. Keras' saving is a
+collective there (its arrays are gathered across the processes), so the others save with it,
+into a temporary folder that they remove.
 """
 
 import importlib.util
@@ -9,11 +14,13 @@ import json
 import os
 import re
 import shutil
+import tempfile
 import time
 
 import keras
 
 from keras_vit.app.errors import UsageError
+from keras_vit.distribution import is_writer
 
 BACKUP = "backup"
 HISTORY = "history.json"
@@ -78,6 +85,11 @@ class AtomicBackup(keras.callbacks.BackupAndRestore):
             os.path.join(folder, name) for name in self._FILES)
 
     def _save_model(self):
+        if not is_writer():
+            with tempfile.TemporaryDirectory() as elsewhere:  # Keras' gathering, not its file
+                self._point_at(elsewhere)
+                super()._save_model()
+            return
         name = f"epoch{self._current_epoch:05d}-batch{self._last_batch_seen:07d}"
         staging = os.path.join(self.backup_dir, name + ".partial")
         shutil.rmtree(staging, ignore_errors=True)
@@ -96,6 +108,10 @@ class AtomicBackup(keras.callbacks.BackupAndRestore):
             if other not in (name, self.POINTER):
                 path = os.path.join(self.backup_dir, other)
                 shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+
+    def on_train_end(self, logs=None):
+        if is_writer():
+            super().on_train_end(logs)
 
 
 # Options a resumed run may change: output and validation do not change what is trained, and a
@@ -142,7 +158,9 @@ def check_resume(run_dir, config):
 
 
 def write_json(path, payload):
-    """Write JSON atomically (a kill never leaves half a file)."""
+    """Write JSON atomically (a kill never leaves half a file); process 0's alone."""
+    if not is_writer():
+        return
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
@@ -177,7 +195,6 @@ class EpochLog(keras.callbacks.Callback):
 
     def __init__(self, run_dir, keep_existing):
         super().__init__()
-        os.makedirs(run_dir, exist_ok=True)
         self.path = os.path.join(run_dir, HISTORY)
         self.records = read_history(run_dir) if keep_existing else []
         self.first_epoch = None
@@ -234,7 +251,12 @@ def plot_curves(history, path, title):
 
 
 def write_run(run_dir, *, model, metrics, history, title):
-    """Save ``model.keras``, ``metrics.json`` and (with a history) ``curves.png``."""
+    """Save ``model.keras``, ``metrics.json`` and (with a history) ``curves.png`` (process 0)."""
+    if not is_writer():
+        with tempfile.TemporaryDirectory() as elsewhere:  # Keras' gathering, not its file
+            model.save(os.path.join(elsewhere, MODEL))
+        return
+    os.makedirs(run_dir, exist_ok=True)
     model.save(os.path.join(run_dir, MODEL))
     write_json(os.path.join(run_dir, METRICS), dict(metrics, history=history))
     if history:

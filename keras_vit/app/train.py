@@ -8,7 +8,7 @@ import time
 
 import keras
 
-from keras_vit import data
+from keras_vit import data, distribution
 from keras_vit.app import configs, planning, run_files, runs
 from keras_vit.app.errors import UsageError
 from keras_vit.training.mpp import MaskedPatchPrediction
@@ -113,6 +113,10 @@ def _epoch_end_writes(model, folder):
 
 
 def _check_train_config(config):
+    if config.epochs is None and distribution.process_count() > 1:
+        raise UsageError("A run of several processes needs --epochs: planned from --time-budget, "
+                         "each process would measure its own speed and could plan another "
+                         "length.")
     if config.validate_every < 1:
         raise UsageError(f"--validate-every must be at least 1, got {config.validate_every}; "
                          "use --no-validate to skip the evaluations during training.")
@@ -180,7 +184,11 @@ def _fit(run, scratch, test_ds, epochs, plan, optimizer):
     # The restored backup's epoch, not 0: the data order goes on where the interrupted run's
     # stopped. One endless iterator with a fixed epoch length: a new tf.data iterator every
     # epoch slows long jax runs down (docs/results.md).
-    batches = scratch.batches(run_files.backup_epoch(run.run_dir) if resuming else 0)
+    start = run_files.backup_epoch(run.run_dir) if resuming else 0
+    distribution.agree(start, f"the epoch {run.run_dir} resumes from: the run folder must be one "
+                       "folder that every process sees (a shared disk, NFS, gcsfuse), or none "
+                       "may hold a backup")
+    batches = scratch.batches(start)
     scratch.model.fit(batches, epochs=epochs, steps_per_epoch=scratch.steps_per_epoch,
                       shuffle=False, validation_data=test_ds if config.validate else None,
                       validation_freq=validation_freq, callbacks=callbacks,
