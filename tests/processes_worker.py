@@ -71,6 +71,15 @@ def library(out):
     images = data.preprocess(xt[:101], image_size=8, training=False)
     results["dp_predict"] = distribution.predict(model, images, batch_size=16)
     results["dp_evaluate_arrays"] = list(distribution.evaluate(model, images, yt[:101]).values())
+    try:
+        import tensorflow as tf
+    except ImportError:  # the README's environment has none
+        pass
+    else:
+        raw = tf.data.Dataset.from_tensor_slices((xt[:101], yt[:101]))
+        found = distribution.evaluate(model, data.pipeline(
+            raw, batch_size=16, image_size=8, num_classes=10, training=False))
+        results["dp_evaluate_tfdata"] = [found["accuracy"], found["loss"]]
 
     mesh = keras.distribution.DeviceMesh((2, 2), ("batch", "model"),
                                          keras.distribution.list_devices())

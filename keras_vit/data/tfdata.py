@@ -8,7 +8,7 @@ The preprocessing is that of ``keras_vit.data.preprocessing`` (see there), writt
 of vit_jax's ``input_pipeline`` and big_vision's ``resize_small|central_crop|value_range``.
 """
 
-from keras_vit import _optional
+from keras_vit import _optional, distribution
 from keras_vit.checks import positive_int
 from keras_vit.data.preprocessing import check_augmentation, per_image
 
@@ -251,7 +251,34 @@ def pipeline(examples, *, batch_size, image_size, num_classes, training, augment
         dataset = dataset.map(lambda x, y: mixup(x, y, mixup_alpha))
     if not training and pad_to > 1:
         dataset = dataset.map(lambda x, y: _pad(x, y, pad_to))
+    if distribution.process_count() > 1:
+        dataset = dataset.map(_process_block(batch_size))
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _process_block(batch_size):
+    """This process's rows of every batch, the block ``distribution.process_rows`` names.
+
+    Every process prepares whole batches and keeps its block (as Keras' own sharding of a
+    tf.data dataset does). The training pipeline's parallel, unseeded augmentation differs
+    between processes, so n processes see other crops than one would; in-memory examples
+    (``keras_vit.data.arrays``) are the same on any number of processes.
+    """
+    count, index = distribution.process_count(), distribution.process_index()
+    rows = distribution.process_rows(batch_size)
+    block = batch_size // count
+    if len(rows) != block or rows[0] != index * block or rows[-1] != rows[0] + block - 1:
+        raise ValueError(
+            f"This process's rows of a batch of {batch_size} ({len(rows)} from row {rows[0]}) "
+            f"are not block {index} of {count}: a tf.data pipeline gives each process a "
+            "contiguous block. Lay the devices out process by process (DataParallel over "
+            "keras.distribution.list_devices() does), or use in-memory examples.")
+
+    def take(*batch):
+        size = tf.shape(batch[0])[0] // count
+        return tuple(part[index * size:(index + 1) * size] for part in batch)
+
+    return take
 
 
 def _pad(images, labels, multiple):
