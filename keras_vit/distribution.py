@@ -101,15 +101,14 @@ class Cluster:
                 "the process).")
 
 
-def _whole(name, value, smallest):
+def _whole(name, value, smallest, hint):
     try:
         number = int(str(value).strip())
     except ValueError:
         number = None
     if number is None or number < smallest:
-        raise ValueError(f"{name}={value!r} is not a whole number of at least {smallest}; set it "
-                         f"to {'the number of processes' if name == NUM_PROCESSES else 'one'}"
-                         f"{'' if name == NUM_PROCESSES else ' from 0 to the number - 1'}.")
+        raise ValueError(f"{name}={value!r} is not a whole number of at least {smallest}: set it "
+                         f"to {hint}.")
     return number
 
 
@@ -130,7 +129,7 @@ heartbeat_timeout=100)
     values = {name: given if given is not None else environ.get(name)
               for name, given in ((JOB_ADDRESSES, job_addresses), (NUM_PROCESSES, num_processes),
                                   (PROCESS_ID, process_id))}
-    timeouts = {name: _whole(name, environ.get(name, default), 1)
+    timeouts = {name: _whole(name, environ.get(name, default), 1, "a number of seconds")
                 for name, default in DEFAULT_TIMEOUTS.items()}
     timeouts = dict(join_timeout=timeouts[JOIN_TIMEOUT],
                     heartbeat_timeout=timeouts[HEARTBEAT_TIMEOUT])
@@ -143,8 +142,8 @@ heartbeat_timeout=100)
         raise ValueError(f"{', '.join(missing)} not set: several processes join with all three "
                          f"of {JOB_ADDRESSES} (process 0's host:port), {NUM_PROCESSES} and "
                          f"{PROCESS_ID} (0 to {NUM_PROCESSES} - 1).")
-    count = _whole(NUM_PROCESSES, values[NUM_PROCESSES], 1)
-    index = _whole(PROCESS_ID, values[PROCESS_ID], 0)
+    count = _whole(NUM_PROCESSES, values[NUM_PROCESSES], 1, "the number of processes")
+    index = _whole(PROCESS_ID, values[PROCESS_ID], 0, "this process's number, 0 for the first")
     if index >= count:
         raise ValueError(f"{PROCESS_ID}={index} is not below {NUM_PROCESSES}={count}: number the "
                          f"processes 0 to {count - 1}, process 0 at {JOB_ADDRESSES}.")

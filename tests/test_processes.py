@@ -7,6 +7,7 @@ collectives (gloo) carry what would go over the accelerators' links.
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from keras_vit.distribution import JOB_ADDRESSES, NUM_PROCESSES, PROCESS_ID
+from keras_vit.distribution import JOB_ADDRESSES, NUM_PROCESSES, PROCESS_ID, cluster
 
 pytest.importorskip("jax", reason="several processes train together on the jax backend")
 
@@ -219,15 +220,30 @@ def test_a_coordinator_whose_processes_never_join_stops_in_bounded_time(tmp_path
     ({JOB_ADDRESSES: "127.0.0.1"}, "needs a host and a free port"),
     ({JOB_ADDRESSES: "a:1,b:2,c:3"}, "lists 3 addresses for"),
     ({PROCESS_ID: ""}, f"{PROCESS_ID} not set"),
-    ({"KERAS_BACKEND": "torch"}, "on the jax backend only (this is torch)"),
+    ({"KERAS_VIT_JOIN_TIMEOUT": "0"}, "KERAS_VIT_JOIN_TIMEOUT='0' is not a whole number of at"),
 ])
-def test_wrong_variables_are_refused_before_training(tmp_path, variables, fix):
-    env = _environment(2, 0, 2, _free_port())
-    env.pop("KERAS_BACKEND")
-    env.update(variables)
-    done = subprocess.run([sys.executable, "-m", "keras_vit", "train", "--output",
-                           str(tmp_path / "run")], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=LIMIT)
-    assert done.returncode == 1, done.stderr[-3000:]
-    assert "keras-vit train: error: " in done.stderr and fix in done.stderr, done.stderr[-2000:]
-    assert not (tmp_path / "run").exists()
+def test_wrong_variables_are_refused_naming_the_variable(variables, fix):
+    environ = {JOB_ADDRESSES: "127.0.0.1:8476", NUM_PROCESSES: "2", PROCESS_ID: "0", **variables}
+    with pytest.raises(ValueError, match=re.escape(fix)):
+        cluster(environ=environ)
+
+
+def test_one_process_joins_nothing():
+    assert cluster(environ={}) is None
+    assert cluster(environ={"TPU_WORKER_HOSTNAMES": "a,b"}).coordinator is None  # JAX finds it
+
+
+def test_the_command_refuses_wrong_variables_before_training(tmp_path):
+    """On the torch backend (and with a wrong id): the command's one-line error, nothing run."""
+    for variables, fix in (({"KERAS_BACKEND": "torch"}, "on the jax backend only (this is "
+                            "torch)"), ({PROCESS_ID: "5"}, f"{PROCESS_ID}=5 is not below")):
+        env = _environment(2, 0, 2, _free_port())
+        env.pop("KERAS_BACKEND")
+        env.update(variables)
+        done = subprocess.run([sys.executable, "-m", "keras_vit", "train", "--output",
+                               str(tmp_path / "run")], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=LIMIT)
+        assert done.returncode == 1, done.stderr[-3000:]
+        assert "keras-vit train: error: " in done.stderr and fix in done.stderr, \
+            done.stderr[-2000:]
+        assert not (tmp_path / "run").exists()
