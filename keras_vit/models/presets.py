@@ -16,8 +16,9 @@ loader downloads (keras-hub installed); and names: a published checkpoint
 (``"imagenet21k/ViT-B_16"``, ``"augreg/ViT-S/16"``), a paper name (``"ViT-B/16"``: its
 ImageNet-21k checkpoint, or with ``load_weights=False`` the randomly initialised model of the
 registry), a transformers or timm folder. Names and foreign files are read by the checkpoint
-readers, a floor above the models (docs/architecture.md): they are reached by module name at
-call time, as Keras reaches a saved class, so this module imports nothing from above.
+readers, a floor above the models (docs/architecture.md): this module calls them through a hook
+that floor fills (``keras_vit._hooks.NAMED_PRESETS``, served by ``keras_vit.pretrained``) and
+imports nothing from above.
 
 Saving writes into a fresh folder beside the target and renames it into place, so a failed save
 leaves no half-written preset. Example (a backbone round trip):
@@ -38,7 +39,6 @@ True
 """
 
 import datetime
-import importlib
 import json
 import os
 import shutil
@@ -50,7 +50,8 @@ import keras
 # Keras' weights-only file with the backbone's objects skipped.
 from keras.src.saving import saving_lib
 
-from keras_vit import _optional
+from keras_vit import _hooks, _optional
+from keras_vit._version import __version__
 
 CONFIG_FILE = "config.json"
 MODEL_WEIGHTS_FILE = "model.weights.h5"
@@ -58,8 +59,6 @@ METADATA_FILE = "metadata.json"
 TASK_CONFIG_FILE = "task.json"
 TASK_WEIGHTS_FILE = "task.weights.h5"
 HUB_SCHEMES = ("hf://", "kaggle://")
-# The reader of names and foreign folders (checkpoints floor), reached by name at call time.
-NAMED_PRESETS = "keras_vit.checkpoints.presets"
 
 
 class PresetMixin:
@@ -85,7 +84,7 @@ class PresetMixin:
         """
         folder = _local(preset)
         if folder is None:
-            named = importlib.import_module(NAMED_PRESETS)
+            named = _hooks.get(_hooks.NAMED_PRESETS)
             return named.load(preset, cls, load_weights=load_weights, **kwargs)
         return _load_folder(cls, folder, preset, load_weights, kwargs)
 
@@ -129,8 +128,6 @@ def _serialized(model):
 
 
 def _metadata(model):
-    from keras_vit import __version__
-
     return {"keras_version": keras.version(), "keras_vit_version": __version__,
             "parameter_count": int(model.count_params()),
             "date_saved": datetime.datetime.now().strftime("%Y-%m-%d@%H:%M:%S")}
@@ -213,7 +210,7 @@ def _load_folder(cls, folder, preset, load_weights, kwargs):
             f"{folder.name} has no {CONFIG_FILE}: it is not a preset. Save one with "
             "model.save_to_preset(folder).")
     if "registered_name" not in config:  # a transformers or timm folder
-        named = importlib.import_module(NAMED_PRESETS)
+        named = _hooks.get(_hooks.NAMED_PRESETS)
         return named.load(folder.path, cls, load_weights=load_weights, **kwargs)
     backbone_cls = cls.backbone_cls or cls
     _check_class(folder, CONFIG_FILE, config, backbone_cls)
