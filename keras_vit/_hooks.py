@@ -12,7 +12,8 @@ that points down. Nothing here imports a room, or Keras.
 import importlib
 
 # ``load(preset, cls, **kwargs)``: the model of class ``cls`` a preset name, checkpoint file or
-# foreign folder holds. Filled by ``keras_vit.pretrained``.
+# foreign folder holds; ``presets_for(cls)``: ``{name: preset}`` of the named presets ``cls``
+# builds. Filled by ``keras_vit.pretrained``.
 NAMED_PRESETS = "named presets"
 
 _PROVIDERS = {}  # hook -> the module that fills it, as the package root names it

@@ -12,13 +12,14 @@ model is shared as a folder and loads back exactly:
   ``task.weights.h5`` (the weights outside the backbone: the head).
 
 ``from_preset`` takes such a folder; ``hf://`` and ``kaggle://`` handles, whose files keras-hub's
-loader downloads (keras-hub installed); and names: a published checkpoint
-(``"imagenet21k/ViT-B_16"``, ``"augreg/ViT-S/16"``), a paper name (``"ViT-B/16"``: its
-ImageNet-21k checkpoint, or with ``load_weights=False`` the randomly initialised model of the
-registry), a transformers or timm folder. Names and foreign files are read by the checkpoint
-readers, a floor above the models (docs/architecture.md): this module calls them through a hook
-that floor fills (``keras_vit._hooks.NAMED_PRESETS``, served by ``keras_vit.pretrained``) and
-imports nothing from above.
+loader downloads (keras-hub installed); and names: a named preset (``cls.presets``: the paper
+name ``"ViT-B/16"`` is its ImageNet-21k checkpoint), a published checkpoint
+(``"imagenet21k+imagenet2012/ViT-B_16"``, ``"augreg/ViT-S/16:cifar100"``), a paper name with
+``load_weights=False`` (the randomly initialised model of the registry), a checkpoint file, a
+transformers folder. Names and foreign files are read by the checkpoint readers, a floor above
+the models (docs/architecture.md): this module calls them through a hook that floor fills
+(``keras_vit._hooks.NAMED_PRESETS``, served by ``keras_vit.pretrained``) and imports nothing
+from above.
 
 Saving writes into a fresh folder beside the target and renames it into place, so a failed save
 leaves no half-written preset. Example (a backbone round trip):
@@ -61,6 +62,17 @@ TASK_WEIGHTS_FILE = "task.weights.h5"
 HUB_SCHEMES = ("hf://", "kaggle://")
 
 
+class _ClassProperty:
+    """A read-only attribute of the class (keras-hub's ``classproperty``)."""
+
+    def __init__(self, getter):
+        self.getter = getter
+        self.__doc__ = getter.__doc__
+
+    def __get__(self, instance, owner):
+        return self.getter(owner)
+
+
 class PresetMixin:
     """``from_preset`` and ``save_to_preset`` for a keras_vit backbone or classifier.
 
@@ -70,13 +82,21 @@ class PresetMixin:
 
     backbone_cls = None
 
+    @_ClassProperty
+    def presets(cls):
+        """``{name: preset}`` of the named presets this class builds (keras-hub's
+        ``presets``): each with its checkpoint, resolution, classes, parameter count,
+        description and source (``keras_vit.pretrained.Preset``)."""
+        return _hooks.get(_hooks.NAMED_PRESETS).presets_for(cls)
+
     @classmethod
     def from_preset(cls, preset, *, load_weights=True, **kwargs):
         """The model a preset holds: a preset folder, an ``hf://``/``kaggle://`` handle, a
         published checkpoint name, a paper name, or a transformers/timm folder.
 
         Args:
-            preset: where the preset is (see the module docstring).
+            preset: where the preset is (see the module docstring); an unknown name is
+                refused with the nearest names.
             load_weights: False builds the architecture, randomly initialised.
             **kwargs: for a classifier, head settings (``num_classes=K``: the preset's backbone
                 with a new zero-initialised head), ``preprocessor`` (None: none); for a name
