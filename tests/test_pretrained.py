@@ -1,5 +1,6 @@
-"""The named presets (``keras_vit.pretrained.PRESETS``): a table of data, listed per class, and
-``from_preset``'s way with names; the hook by which the models reach them."""
+"""The named presets (``keras_vit.pretrained.PRESETS``): a table of data, listed per class, the
+``keras-vit presets`` command, and ``from_preset``'s way with names; the hook by which the models
+reach them."""
 
 import os
 import subprocess
@@ -10,6 +11,7 @@ import pytest
 import keras_vit
 from conftest import shapes_only
 from keras_vit import _hooks, pretrained
+from keras_vit.app import cli
 from keras_vit.checkpoints import official
 from keras_vit.models import registry
 from keras_vit.pretrained import PRESETS
@@ -52,6 +54,15 @@ def test_each_class_lists_the_presets_it_builds():
     assert "ViT-B/16" in keras_vit.ViTImageClassifier.presets
     assert keras_vit.ViTBackbone.presets["ViT-B/16"].checkpoint == "imagenet21k/ViT-B_16"
     assert "BiT-R50x1" in keras_vit.ResNetBackbone.presets
+
+
+def test_the_presets_command_prints_the_table(capsys):
+    assert cli.main(["presets"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split() == ["name", "model", "checkpoint", "size", "classes",
+                                           "parameters"]
+    for preset in PRESETS.values():
+        assert f"{preset.parameters:,}" in out and preset.source in out
 
 
 def test_an_unknown_name_is_refused_with_the_nearest():
