@@ -13,9 +13,8 @@ that ``keras.saving.load_model`` reads a keras_vit file whatever was imported be
 before. The ``keras-vit`` command, which chooses a backend, is the application ``keras_vit.app``.
 """
 
-from keras_vit import _registration, _submodules
-
-__version__ = "0.1.0"
+from keras_vit import _hooks, _registration, _submodules
+from keras_vit._version import __version__ as __version__  # the package's version
 
 # Public name -> the module that defines it ("" for a subpackage of its own name).
 _ORIGINS = {
@@ -93,6 +92,9 @@ if TYPE_CHECKING:
 
 _submodule, _submodule_names = _submodules.attribute_hook(__name__)
 _registration.watch()
+# The models' from_preset reads names and foreign files with the checkpoint readers, a floor
+# above them: that floor's module is named here, above every floor (keras_vit._hooks).
+_hooks.provided_by(_hooks.NAMED_PRESETS, "keras_vit.pretrained")
 
 
 # Earlier names -> today's, for a clear error instead of a bare AttributeError.

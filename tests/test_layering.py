@@ -1,5 +1,8 @@
 """Data flows one way (docs/architecture.md): no module imports from a room above its own, or
-beside it on its floor."""
+beside it on its floor, however it imports: by statement, by name at run time
+(``importlib.import_module("keras_vit.x")``, ``__import__``, ``keras_vit._optional.need``, the
+name written out or held in a module-level constant) or by attribute of the package
+(``keras_vit.x.y`` after ``import keras_vit``)."""
 
 import ast
 import pathlib
@@ -11,61 +14,34 @@ import keras_vit
 pytestmark = pytest.mark.backend_independent  # the imports between rooms, read from the source
 
 PACKAGE = pathlib.Path(keras_vit.__file__).parent
+ROOT = "keras_vit"  # the package root: the public names, above every floor
 # The rooms each room must not import (at module level or inside a function): those above it
-# and those beside it on its floor (docs/architecture.md).
+# and those beside it on its floor (docs/architecture.md). ``pretrained`` is a module that
+# stands on floor 3's rooms (it loads checkpoints into models and counts their weights).
 FORBIDDEN = {
-    "layers": {"data", "models", "checkpoints", "costs", "training", "evaluation", "inspection",
+    "layers": {"data", "models", "checkpoints", "costs", "pretrained", "training", "evaluation",
+               "inspection", "app"},
+    "data": {"layers", "models", "checkpoints", "costs", "pretrained", "training", "evaluation",
+             "inspection", "app"},
+    "models": {"checkpoints", "costs", "pretrained", "training", "evaluation", "inspection",
                "app"},
-    "data": {"layers", "models", "checkpoints", "costs", "training", "evaluation", "inspection",
-             "app"},
-    "models": {"checkpoints", "costs", "training", "evaluation", "inspection", "app"},
-    "checkpoints": {"costs", "training", "evaluation", "inspection", "app"},
-    "costs": {"checkpoints", "training", "evaluation", "inspection", "app"},
+    "checkpoints": {"costs", "pretrained", "training", "evaluation", "inspection", "app"},
+    "costs": {"checkpoints", "pretrained", "training", "evaluation", "inspection", "app"},
+    "pretrained": {"training", "evaluation", "inspection", "app"},
     "training": {"evaluation", "inspection", "app"},
     "evaluation": {"training", "inspection", "app"},
     "inspection": {"training", "evaluation", "app"},
 }
-
-
-def _imported_rooms(path):
-    for node in ast.walk(ast.parse(path.read_text())):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-            [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
-        for name in names:
-            parts = name.split(".")
-            if parts[0] == "keras_vit" and len(parts) > 1:
-                yield parts[1]
-
-
-def test_every_room_has_its_floor():
-    rooms = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").exists()}
-    assert rooms == {*FORBIDDEN, "app"}, "give a new room its floor in FORBIDDEN"
-
-
-def test_no_room_imports_from_above():
-    wrong = []
-    for room, above in FORBIDDEN.items():
-        for path in sorted((PACKAGE / room).rglob("*.py")):
-            wrong += [f"{path.relative_to(PACKAGE)} imports keras_vit.{r}"
-                      for r in _imported_rooms(path) if r in above]
-    assert not wrong, "\n".join(wrong)
-
-
-def test_the_library_never_imports_the_application():
-    wrong = [str(path.relative_to(PACKAGE)) for path in sorted(PACKAGE.rglob("*.py"))
-             if path.parts[len(PACKAGE.parts)] != "app" and "app" in set(_imported_rooms(path))
-             and path.name != "__main__.py"]
-    assert not wrong, wrong
-
-
-def test_the_modules_that_serve_several_floors_import_no_room():
-    # checks, downloads and distribution serve floor 1 and the floors above: a room of theirs
-    # would reach data into it (docs/architecture.md). The argument checks, which import
-    # nothing, serve the other two as well.
-    wrong = {name: sorted(set(_imported_rooms(PACKAGE / f"{name}.py")) - {"checks"})
-             for name in ("downloads", "distribution")}
-    assert wrong == {"downloads": [], "distribution": []}
-    assert not set(_imported_rooms(PACKAGE / "checks.py"))
+# The modules at the package's top that serve several floors and import no room.
+SERVING = {"checks", "downloads", "distribution"}
+# Calls that import the module their first argument names: importlib's, the built-in, keras_vit's
+# import of an optional package, pkgutil's ("module:attribute").
+IMPORTERS = {"import_module", "__import__", "need", "resolve_name"}
+# The modules that import by a name made at run time: the package root (its public names, read
+# from its constants), the lazy submodules, the optional packages, Keras' stand-ins and the hooks
+# (the module the package root names). Anywhere else a name the test cannot read is refused.
+DYNAMIC = {ROOT, "keras_vit._submodules", "keras_vit._optional", "keras_vit._registration",
+           "keras_vit._hooks"}
 
 
 def _module_name(path):
@@ -79,6 +55,15 @@ def _is_module(name):
         PACKAGE.parent / relative / "__init__.py").exists()
 
 
+def _module_of(dotted):
+    """The longest keras_vit module that ``dotted`` (a module, or a name in one) starts with."""
+    parts = dotted.replace(":", ".").split(".")
+    for end in range(len(parts), 0, -1):
+        if _is_module(".".join(parts[:end])):
+            return ".".join(parts[:end])
+    return ROOT
+
+
 def _type_checking_only(tree):
     """The nodes under ``if TYPE_CHECKING:``, which never run."""
     return {id(inner) for node in ast.walk(tree) if isinstance(node, ast.If)
@@ -86,26 +71,192 @@ def _type_checking_only(tree):
             for statement in node.body for inner in ast.walk(statement)}
 
 
-def _imported_modules(path):
-    """The keras_vit modules ``path`` imports, at module level or inside a function."""
-    name = _module_name(path)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    tree = ast.parse(path.read_text())
-    skipped = _type_checking_only(tree)
+def _strings(node):
+    """The string constants of a constant expression (a string, or a tuple, list, set or dict
+    of them)."""
+    return {inner.value for inner in ast.walk(node)
+            if isinstance(inner, ast.Constant) and isinstance(inner.value, str)}
+
+
+def _constants(tree):
+    """``{name: its strings}`` of the module-level assignments."""
+    found = {}
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, ast.AnnAssign) and node.value else []
+        for target in targets:
+            if isinstance(target, ast.Name):
+                found[target.id] = _strings(node.value)
+    return found
+
+
+def _named(argument, constants):
+    """The names an importer's argument stands for, or None when the source does not say."""
+    if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
+        return {argument.value}
+    if isinstance(argument, ast.Subscript):  # CONSTANT[key]: any of its values
+        argument = argument.value
+    if isinstance(argument, ast.Name) and argument.id in constants:
+        return constants[argument.id]
+    return None
+
+
+def _callee(node):
+    return getattr(node.func, "attr", None) or getattr(node.func, "id", None)
+
+
+def _dotted(node):
+    """``a.b.c`` of an attribute chain on a name, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else None
+
+
+def imports(source, name, is_package=False):
+    """``(modules, unreadable)``: the keras_vit modules the module ``name`` imports (at module
+    level or inside a function, by statement, by name or by attribute of the package), and the
+    lines of its imports by a name the source does not give."""
+    package = name if is_package else name.rpartition(".")[0]
+    tree = ast.parse(source)
+    skipped, constants = _type_checking_only(tree), _constants(tree)
+    modules, unreadable, by_name = set(), [], set()
+    chained = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    binds_package = any(isinstance(node, ast.Import) and any(
+        alias.name.split(".")[0] == ROOT and alias.asname is None for alias in node.names)
+        for node in ast.walk(tree))
     for node in ast.walk(tree):
         if id(node) in skipped:
             continue
         if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names if alias.name.startswith("keras_vit"))
+            modules |= {alias.name for alias in node.names if alias.name.split(".")[0] == ROOT}
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-                base = f"{anchor}.{base}".rstrip(".")
-            if base.split(".")[0] != "keras_vit":
-                continue
-            for alias in node.names:
-                yield f"{base}.{alias.name}" if _is_module(f"{base}.{alias.name}") else base
+            modules |= set(_from_import(node, package))
+        elif isinstance(node, ast.Call) and _callee(node) in IMPORTERS and node.args:
+            named = _named(node.args[0], constants)
+            if named is None:
+                unreadable.append(node.lineno)
+            else:
+                by_name |= named
+        elif binds_package and isinstance(node, ast.Attribute) and id(node) not in chained \
+                and (_dotted(node) or "").split(".")[0] == ROOT:
+            modules.add(_module_of(_dotted(node)))
+    if unreadable:  # what the module may import: every keras_vit module its constants name
+        by_name |= {text for names in constants.values() for text in names
+                    if text.startswith(ROOT + ".")}
+    modules |= {_module_of(text) for text in by_name
+                if text == ROOT or text.startswith(ROOT + ".")}
+    return modules - {name}, unreadable
+
+
+def _from_import(node, package):
+    base = node.module or ""
+    if node.level:
+        anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+        base = f"{anchor}.{base}".rstrip(".")
+    if base.split(".")[0] != ROOT:
+        return
+    for alias in node.names:
+        yield f"{base}.{alias.name}" if _is_module(f"{base}.{alias.name}") else base
+
+
+def _imports_of(path):
+    return imports(path.read_text(), _module_name(path), path.name == "__init__.py")
+
+
+def _room(module):
+    """The room (or top-level module) a keras_vit module is in; ``ROOT`` for the package
+    itself."""
+    return module.split(".")[1] if "." in module else ROOT
+
+
+def _files(room):
+    folder = PACKAGE / room
+    return sorted(folder.rglob("*.py")) if folder.is_dir() else [PACKAGE / f"{room}.py"]
+
+
+def test_the_reading_sees_every_way_to_import():
+    source = '''
+import importlib
+import keras_vit.layers
+from keras_vit import _optional
+from . import lora
+READER = "keras_vit.checkpoints.formats"
+TABLE = {"a": "keras_vit.costs.memory"}
+
+def f(kind):
+    importlib.import_module(READER)
+    __import__("keras_vit.training.mpp")
+    _optional.need("keras_vit.pretrained", "a test")
+    keras_vit.inspection.gradients.gradient
+    importlib.import_module(TABLE[kind])
+    importlib.import_module("keras_vit." + kind)
+'''
+    modules, unreadable = imports(source, "keras_vit.models.example")
+    assert modules == {"keras_vit.layers", "keras_vit._optional", "keras_vit.models.lora",
+                       "keras_vit.checkpoints.formats", "keras_vit.costs.memory",
+                       "keras_vit.training.mpp", "keras_vit.pretrained",
+                       "keras_vit.inspection.gradients"}
+    assert unreadable == [15]
+
+
+def test_every_room_has_its_floor():
+    rooms = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").exists()}
+    loose = {path.stem for path in PACKAGE.glob("*.py") if not path.stem.startswith("_")}
+    assert rooms | {"pretrained"} == {*FORBIDDEN, "app"}, "give a new room its floor in FORBIDDEN"
+    assert loose - SERVING == {"pretrained"}, "give a new module its floor (FORBIDDEN) or SERVING"
+
+
+def test_no_room_imports_from_above():
+    wrong = []
+    for room, above in FORBIDDEN.items():
+        for path in _files(room):
+            wrong += [f"{path.relative_to(PACKAGE)} imports {module}"
+                      for module in sorted(_imports_of(path)[0])
+                      if _room(module) in above | {ROOT}]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_module_imports_the_package_root():
+    # The root's public names reach every room: importing one from inside goes up from any floor.
+    wrong = [str(path.relative_to(PACKAGE)) for path in sorted(PACKAGE.rglob("*.py"))
+             if path != PACKAGE / "__init__.py" and ROOT in _imports_of(path)[0]]
+    assert not wrong, wrong
+
+
+def test_every_import_by_name_is_readable():
+    wrong = [f"{path.relative_to(PACKAGE)}:{line}" for path in sorted(PACKAGE.rglob("*.py"))
+             if _module_name(path) not in DYNAMIC for line in _imports_of(path)[1]]
+    assert not wrong, ("write the module's name as a string, or a module-level constant, so "
+                       f"that this test reads it: {wrong}")
+
+
+def test_only_the_package_root_names_what_fills_a_hook():
+    # A hook (keras_vit._hooks) is how a room calls a floor above it; which module serves it is
+    # written at the top, once, where every import points down.
+    wrong = [str(path.relative_to(PACKAGE)) for path in sorted(PACKAGE.rglob("*.py"))
+             if path != PACKAGE / "__init__.py" and any(
+                 isinstance(node, ast.Call) and _callee(node) == "provided_by"
+                 for node in ast.walk(ast.parse(path.read_text())))]
+    assert not wrong, wrong
+
+
+def test_the_library_never_imports_the_application():
+    wrong = [str(path.relative_to(PACKAGE)) for path in sorted(PACKAGE.rglob("*.py"))
+             if path.parts[len(PACKAGE.parts)] != "app" and path.name != "__main__.py"
+             and "app" in {_room(module) for module in _imports_of(path)[0]}]
+    assert not wrong, wrong
+
+
+def test_the_modules_that_serve_several_floors_import_no_room():
+    # checks, downloads and distribution serve floor 1 and the floors above: a room of theirs
+    # would reach data into it (docs/architecture.md). The argument checks, which import
+    # nothing, serve the other two as well; so do the hooks and the version.
+    wrong = {name: sorted({_room(m) for m in _imports_of(PACKAGE / f"{name}.py")[0]} - {"checks"})
+             for name in ("downloads", "distribution", "_hooks", "_version")}
+    assert wrong == {"downloads": [], "distribution": [], "_hooks": [], "_version": []}
+    assert not _imports_of(PACKAGE / "checks.py")[0]
 
 
 def _circles(graph):
@@ -137,7 +288,7 @@ def _circles(graph):
 
 def test_no_module_imports_itself_through_others():
     # The rooms' order leaves loops inside one room free; a loop of modules (a lazy import in a
-    # function included) still means two modules that cannot be read, or changed, one at a time.
-    graph = {_module_name(path): set(_imported_modules(path))
-             for path in sorted(PACKAGE.rglob("*.py"))}
+    # function, or one by name, included) still means two modules that cannot be read, or
+    # changed, one at a time.
+    graph = {_module_name(path): _imports_of(path)[0] for path in sorted(PACKAGE.rglob("*.py"))}
     assert _circles(graph) == []

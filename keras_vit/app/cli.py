@@ -3,8 +3,9 @@
 Commands: ``train`` (from scratch), ``finetune``, ``evaluate``, ``fewshot``, ``pretrain-mpp``,
 ``convert``. Each run writes a folder (``--output``, default ``runs/<command>-<dataset>-<model>``)
 with ``model.keras``, ``metrics.json`` (test accuracy, wall time, the whole configuration),
-``history.json`` and ``curves.png``. ``keras-vit train`` with no arguments trains a small ViT on
-the offline Fashion-MNIST and prints its test accuracy. What each command does lives in
+``history.json`` and ``curves.png``; ``presets`` prints the named presets and writes nothing.
+``keras-vit train`` with no arguments trains a small ViT on the offline Fashion-MNIST and prints
+its test accuracy. What each command does lives in
 ``keras_vit.app.commands``, the options with their defaults and help in ``keras_vit.app.configs``;
 this module only turns those into flags. The backend is chosen before this module is imported
 (``keras_vit.app.main``).
@@ -88,6 +89,9 @@ def _parse(parser, argv):
 
 
 def _print_result(result):
+    if result.get("command") == "presets":
+        print(result["table"])
+        return
     if result.get("command") == "convert":
         print(f"wrote {result['target']} ({result['num_params']:,} parameters)")
         return

@@ -4,6 +4,7 @@ Each takes its command's dataclass of ``keras_vit.app.configs`` (or a dict of it
 returns the run's metrics, which it also writes into the run folder (``run_files``).
 """
 
+from keras_vit import pretrained
 from keras_vit.app import configs
 from keras_vit.app.evaluate import evaluate, fewshot
 from keras_vit.app.finetune import finetune
@@ -22,8 +23,13 @@ def convert(config):
                 command="convert")
 
 
+def presets(config):
+    """The named presets as a table to read (``keras_vit.pretrained.describe``)."""
+    return {"command": "presets", "table": pretrained.describe()}
+
+
 RUNS = {"train": train, "finetune": finetune, "evaluate": evaluate, "fewshot": fewshot,
-        "pretrain-mpp": pretrain_mpp, "convert": convert}
+        "pretrain-mpp": pretrain_mpp, "convert": convert, "presets": presets}
 
 
 def run(config):

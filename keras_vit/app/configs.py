@@ -334,5 +334,12 @@ class ConvertConfig(Config):
                                     "ONNX: 1)")
 
 
+@dataclasses.dataclass(kw_only=True)
+class PresetsConfig(Config):
+    """list the named presets: checkpoint, resolution, classes, parameters, source"""
+
+    command: typing.ClassVar[str] = "presets"
+
+
 COMMANDS = {c.command: c for c in (TrainConfig, FinetuneConfig, EvaluateConfig, FewshotConfig,
-                                   PretrainMppConfig, ConvertConfig)}
+                                   PretrainMppConfig, ConvertConfig, PresetsConfig)}

@@ -48,6 +48,22 @@ _LINEN_BLOCK_NAMES = {
 # ----------------------------------------------------------------------------- files
 
 
+def is_published(name):
+    """Whether ``resolve`` downloads ``name``: a URL, a ``gs://`` path, a published name or an
+    AugReg short name (nothing is downloaded to tell).
+
+    Example:
+    >>> is_published("imagenet21k/ViT-B_16"), is_published("BiT-S-R50x1"), is_published("B_16")
+    (True, True, False)
+    """
+    name = os.fspath(name)
+    if name.startswith(("http://", "https://", "gs://")):
+        return True
+    name = name[:-4] if name.endswith(".npz") else name
+    return augreg.is_short_name(name) or bool(
+        _VIT_PUBLISHED.fullmatch(name) or _BIT_PUBLISHED.fullmatch(name))
+
+
 def resolve(path):
     """A local file path for ``path``: a file, a URL, or a published name (downloaded).
 

@@ -12,12 +12,14 @@ model is shared as a folder and loads back exactly:
   ``task.weights.h5`` (the weights outside the backbone: the head).
 
 ``from_preset`` takes such a folder; ``hf://`` and ``kaggle://`` handles, whose files keras-hub's
-loader downloads (keras-hub installed); and names: a published checkpoint
-(``"imagenet21k/ViT-B_16"``, ``"augreg/ViT-S/16"``), a paper name (``"ViT-B/16"``: its
-ImageNet-21k checkpoint, or with ``load_weights=False`` the randomly initialised model of the
-registry), a transformers or timm folder. Names and foreign files are read by the checkpoint
-readers, a floor above the models (docs/architecture.md): they are reached by module name at
-call time, as Keras reaches a saved class, so this module imports nothing from above.
+loader downloads (keras-hub installed); and names: a named preset (``cls.presets``: the paper
+name ``"ViT-B/16"`` is its ImageNet-21k checkpoint), a published checkpoint
+(``"imagenet21k+imagenet2012/ViT-B_16"``, ``"augreg/ViT-S/16:cifar100"``), a paper name with
+``load_weights=False`` (the randomly initialised model of the registry), a checkpoint file, a
+transformers folder. Names and foreign files are read by the checkpoint readers, a floor above
+the models (docs/architecture.md): this module calls them through a hook that floor fills
+(``keras_vit._hooks.NAMED_PRESETS``, served by ``keras_vit.pretrained``) and imports nothing
+from above.
 
 Saving writes into a fresh folder beside the target and renames it into place, so a failed save
 leaves no half-written preset. Example (a backbone round trip):
@@ -38,7 +40,6 @@ True
 """
 
 import datetime
-import importlib
 import json
 import os
 import shutil
@@ -50,7 +51,8 @@ import keras
 # Keras' weights-only file with the backbone's objects skipped.
 from keras.src.saving import saving_lib
 
-from keras_vit import _optional
+from keras_vit import _hooks, _optional
+from keras_vit._version import __version__
 
 CONFIG_FILE = "config.json"
 MODEL_WEIGHTS_FILE = "model.weights.h5"
@@ -58,8 +60,17 @@ METADATA_FILE = "metadata.json"
 TASK_CONFIG_FILE = "task.json"
 TASK_WEIGHTS_FILE = "task.weights.h5"
 HUB_SCHEMES = ("hf://", "kaggle://")
-# The reader of names and foreign folders (checkpoints floor), reached by name at call time.
-NAMED_PRESETS = "keras_vit.checkpoints.presets"
+
+
+class _ClassProperty:
+    """A read-only attribute of the class (keras-hub's ``classproperty``)."""
+
+    def __init__(self, getter):
+        self.getter = getter
+        self.__doc__ = getter.__doc__
+
+    def __get__(self, instance, owner):
+        return self.getter(owner)
 
 
 class PresetMixin:
@@ -71,13 +82,21 @@ class PresetMixin:
 
     backbone_cls = None
 
+    @_ClassProperty
+    def presets(cls):
+        """``{name: preset}`` of the named presets this class builds (keras-hub's
+        ``presets``): each with its checkpoint, resolution, classes, parameter count,
+        description and source (``keras_vit.pretrained.Preset``)."""
+        return _hooks.get(_hooks.NAMED_PRESETS).presets_for(cls)
+
     @classmethod
     def from_preset(cls, preset, *, load_weights=True, **kwargs):
         """The model a preset holds: a preset folder, an ``hf://``/``kaggle://`` handle, a
         published checkpoint name, a paper name, or a transformers/timm folder.
 
         Args:
-            preset: where the preset is (see the module docstring).
+            preset: where the preset is (see the module docstring); an unknown name is
+                refused with the nearest names.
             load_weights: False builds the architecture, randomly initialised.
             **kwargs: for a classifier, head settings (``num_classes=K``: the preset's backbone
                 with a new zero-initialised head), ``preprocessor`` (None: none); for a name
@@ -85,7 +104,7 @@ class PresetMixin:
         """
         folder = _local(preset)
         if folder is None:
-            named = importlib.import_module(NAMED_PRESETS)
+            named = _hooks.get(_hooks.NAMED_PRESETS)
             return named.load(preset, cls, load_weights=load_weights, **kwargs)
         return _load_folder(cls, folder, preset, load_weights, kwargs)
 
@@ -129,8 +148,6 @@ def _serialized(model):
 
 
 def _metadata(model):
-    from keras_vit import __version__
-
     return {"keras_version": keras.version(), "keras_vit_version": __version__,
             "parameter_count": int(model.count_params()),
             "date_saved": datetime.datetime.now().strftime("%Y-%m-%d@%H:%M:%S")}
@@ -213,7 +230,7 @@ def _load_folder(cls, folder, preset, load_weights, kwargs):
             f"{folder.name} has no {CONFIG_FILE}: it is not a preset. Save one with "
             "model.save_to_preset(folder).")
     if "registered_name" not in config:  # a transformers or timm folder
-        named = importlib.import_module(NAMED_PRESETS)
+        named = _hooks.get(_hooks.NAMED_PRESETS)
         return named.load(folder.path, cls, load_weights=load_weights, **kwargs)
     backbone_cls = cls.backbone_cls or cls
     _check_class(folder, CONFIG_FILE, config, backbone_cls)
