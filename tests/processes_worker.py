@@ -71,6 +71,12 @@ def library(out):
     images = data.preprocess(xt[:101], image_size=8, training=False)
     results["dp_predict"] = distribution.predict(model, images, batch_size=16)
     results["dp_evaluate_arrays"] = list(distribution.evaluate(model, images, yt[:101]).values())
+    from keras_vit.evaluation.fewshot import fewshot_linear
+
+    train_images = data.preprocess(x[:200], image_size=8, training=False)
+    shots = fewshot_linear(model, train_images, y[:200], images, yt[:101], shots=(2, 5),
+                           seeds=(0, 1), batch_size=16)
+    results["dp_fewshot"] = [shots[2]["mean"], shots[5]["mean"]]
     try:
         import tensorflow as tf
     except ImportError:  # the README's environment has none

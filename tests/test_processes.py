@@ -107,9 +107,11 @@ def test_two_processes_fit_as_one(library_runs, layout):
 
 
 def test_evaluation_counts_every_example_once_in_every_process(library_runs):
+    """``evaluate`` (a pipeline's batches, arrays, a tf.data pipeline), ``predict`` and few-shot
+    linear evaluation: one process's numbers, in both processes."""
     one, first, second = library_runs
     tfdata = ["dp_evaluate_tfdata"] if "dp_evaluate_tfdata" in one else []  # with TensorFlow
-    for key in ("dp_evaluate", "dp_evaluate_arrays", "dp_predict", *tfdata):
+    for key in ("dp_evaluate", "dp_evaluate_arrays", "dp_predict", "dp_fewshot", *tfdata):
         np.testing.assert_allclose(first[key], one[key], atol=1e-5)
         np.testing.assert_array_equal(first[key], second[key])
     assert first["dp_predict"].shape == (101, 10)  # 101 examples: the padding left out
