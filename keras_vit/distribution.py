@@ -315,9 +315,11 @@ def describe_processes():
     >>> describe_processes()  # doctest: +ELLIPSIS
     '1 process, ... device(s)'
     """
-    devices = len(keras.distribution.list_devices())
-    if process_count() == 1:
+    if process_count() == 1:  # Keras' torch backend lists no devices: it trains on one
+        devices = num_replicas() if keras.backend.backend() == "torch" else len(
+            keras.distribution.list_devices())
         return f"1 process, {devices} device(s)"
+    devices = len(keras.distribution.list_devices())
     import jax
 
     return (f"process {process_index()} of {process_count()}, {devices} devices in all "
