@@ -563,11 +563,10 @@ class _Gathered(keras.Model):
 _GATHERED = weakref.WeakKeyDictionary()
 
 
-def _gathered(model, global_batch, *extras):
-    """``[outputs, *extras]`` of a global batch (and of arrays of its rows, ``extras``) over all
-    processes, in every process; this process feeds its rows of each."""
-    rows = process_rows(len(global_batch))
-    return _gathered_rows(model, [np.asarray(x)[rows] for x in (global_batch, *extras)])
+def _gathered(model, global_batch):
+    """``[outputs]`` of a global batch over all processes, in every process; this process
+    feeds its rows."""
+    return _gathered_rows(model, [np.asarray(global_batch)[process_rows(len(global_batch))]])
 
 
 def _gathered_rows(model, local):
@@ -577,6 +576,14 @@ def _gathered_rows(model, local):
         wrapper = _GATHERED[model] = _Gathered(model)
     with _own_rows():
         return wrapper.predict(local, batch_size=len(local[0]), verbose=0)
+
+
+def _each_batch(batches):
+    """The batches of a pipeline; a ``keras.utils.PyDataset`` read by index (its iterator may
+    not end)."""
+    if isinstance(batches, keras.utils.PyDataset):
+        return (batches[index] for index in range(len(batches)))
+    return batches
 
 
 def unpadded_batches(batches):
@@ -589,10 +596,7 @@ def unpadded_batches(batches):
     >>> [images.shape for images, labels in unpadded_batches([batch])]
     [(3, 2)]
     """
-    if isinstance(batches, keras.utils.PyDataset):  # read by index: its iterator may not end
-        dataset = batches
-        batches = (dataset[index] for index in range(len(dataset)))
-    for batch in batches:
+    for batch in _each_batch(batches):
         images, labels = np.asarray(batch[0]), np.asarray(batch[1])
         if len(batch) > 2:
             keep = np.asarray(batch[2]) > 0
@@ -608,10 +612,7 @@ def _predicted_batches(model, batches):
         for images, labels in unpadded_batches(batches):
             yield predict(model, images, len(images)), labels
         return
-    if isinstance(batches, keras.utils.PyDataset):
-        dataset = batches
-        batches = (dataset[index] for index in range(len(dataset)))
-    for batch in batches:
+    for batch in _each_batch(batches):
         images, labels = np.asarray(batch[0]), np.asarray(batch[1])
         weights = np.asarray(batch[2]) if len(batch) > 2 else np.ones(len(images), np.float32)
         outputs, labels, weights = _gathered_rows(model, [images, labels, weights])

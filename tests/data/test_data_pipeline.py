@@ -250,3 +250,22 @@ def test_unit_helpers():
     assert preprocessing.to_unit_range(np.uint8([0, 255])).tolist() == [-1.0, 1.0]
     with pytest.raises(ValueError, match="Expected images"):
         data.from_arrays(np.zeros((3, 4)), np.zeros(3))
+
+
+@pytest.mark.parametrize("augmentation", ["resize_crop", "pad_crop", "inception_crop"])
+def test_an_examples_augmentation_does_not_depend_on_its_place_in_the_batch(augmentation):
+    """Each image's crop and flip come from its own key (seed, epoch, example): the same
+    examples in another order, or half of them alone (one process's rows), get the same
+    pixels; another epoch gets others."""
+    images = np.random.default_rng(0).integers(0, 256, (8, 20, 20, 1), dtype=np.uint8)
+    examples = np.arange(8)
+    options = dict(image_size=16, training=True, augmentation=augmentation, resize_size=18)
+
+    def prepared(chosen, epoch=3):
+        keys = preprocessing.example_keys(5, epoch, examples[chosen])
+        return preprocessing.preprocess(images[chosen], keys=keys, **options)
+
+    whole = prepared(np.arange(8))
+    np.testing.assert_array_equal(prepared(np.arange(8)[::-1]), whole[::-1])
+    np.testing.assert_array_equal(prepared(np.arange(4, 8)), whole[4:])
+    assert not np.array_equal(prepared(np.arange(8), epoch=4), whole)
