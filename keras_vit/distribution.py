@@ -37,7 +37,7 @@ import dataclasses
 import glob
 import logging
 import os
-import socket
+import signal
 import sys
 import threading
 import time
@@ -47,6 +47,7 @@ import weakref
 import keras
 import numpy as np
 
+from keras_vit import _rendezvous
 from keras_vit._backends import DISTRIBUTION_VARIABLES
 from keras_vit.checks import positive_int
 
@@ -94,11 +95,11 @@ class Cluster:
                     f"does not join within {self.join_timeout} s stops them all "
                     f"({JOIN_TIMEOUT}).")
         return (f"process {self.process_id} of {self.num_processes}: joining at "
-                f"{self.coordinator}. Every process waits up to {self.join_timeout} s "
-                f"({JOIN_TIMEOUT}) for the others; a process silent for {self.heartbeat_timeout} "
-                f"s ({HEARTBEAT_TIMEOUT}) stops them all (JAX's 'DEADLINE_EXCEEDED ... "
-                "RegisterTask' or 'tasks are unhealthy (stopped sending heartbeats)', naming "
-                "the process).")
+                f"{self.coordinator}. Process 0 waits up to {self.join_timeout} s "
+                f"({JOIN_TIMEOUT}) for the others and names any that does not come; a process "
+                "that ends without a word stops the others, named, and one silent for "
+                f"{self.heartbeat_timeout} s ({HEARTBEAT_TIMEOUT}) stops them all (JAX's "
+                "'tasks are unhealthy (stopped sending heartbeats)').")
 
 
 def _whole(name, value, smallest, hint):
@@ -166,8 +167,11 @@ def join(job_addresses=None, num_processes=None, process_id=None):
     Otherwise, on the jax backend, it is ``keras.distribution.initialize`` with timeouts: JAX's
     ``jax.distributed.initialize`` waits ``KERAS_VIT_JOIN_TIMEOUT`` seconds for every process and
     stops them all when one is silent for ``KERAS_VIT_HEARTBEAT_TIMEOUT`` seconds, then Keras
-    seeds its random generator alike in all processes. A process other than 0 first waits for
-    process 0's address to answer, and raises a ``ConnectionError`` naming it when it never does.
+    seeds its random generator alike in all processes. Before JAX's join, process 0 counts the
+    others on its port (``keras_vit._rendezvous``): a ``ConnectionError`` names a process that
+    never comes, comes twice or counts the processes differently, or process 0 when it never
+    answers. Once joined, a process that ends without a word, or is stopped by ``SIGTERM``,
+    stops the others with its number (see ``stopping_together``).
 
     Returns the ``Cluster`` joined, or None.
     """
@@ -186,8 +190,7 @@ def join(job_addresses=None, num_processes=None, process_id=None):
 
     if jax.distributed.is_initialized():
         return found
-    if found.process_id:
-        _wait_for_coordinator(found)
+    roll = _roll_call(found)
     try:
         jax.distributed.initialize(
             found.coordinator, found.num_processes, found.process_id,
@@ -203,13 +206,46 @@ def join(job_addresses=None, num_processes=None, process_id=None):
     from keras.src.backend.jax import distribution_lib
 
     distribution_lib.initialize_rng()  # the rest of keras.distribution.initialize
-    if found.coordinator is not None:
-        # After JAX's own exit handler, so it runs before it: a process leaving normally stops
-        # watching before the coordination service goes away.
-        atexit.register(_LEAVING.set)
-        threading.Thread(target=_watch, args=(found,), name="keras_vit_watch",
-                         daemon=True).start()
+    if roll is not None:
+        _watch_over(found, roll)
     return found
+
+
+def _roll_call(found):
+    """Every process counted by process 0 before JAX's own join (``keras_vit._rendezvous``), on
+    the coordinator's port; None on a TPU pod slice, whose processes JAX finds by itself."""
+    if found.coordinator is None:
+        return None
+    host, _, port = found.coordinator.rpartition(":")
+    names = (JOB_ADDRESSES, NUM_PROCESSES, PROCESS_ID, JOIN_TIMEOUT)
+    if found.process_id == 0:
+        return _rendezvous.roll_call(int(port), found.num_processes, found.join_timeout, names)
+    return _rendezvous.report(host, port, found.process_id, found.num_processes,
+                              found.join_timeout, names)
+
+
+def _watch_over(found, roll):
+    # After JAX's own exit handler, so it runs before it: a process leaving normally says so
+    # and stops watching before the coordination service goes away.
+    _ROLL.append(roll)
+    atexit.register(_leave)
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminated)
+    threading.Thread(target=_watch, args=(found, roll), name="keras_vit_watch",
+                     daemon=True).start()
+
+
+def _leave():
+    _LEAVING.set()
+    for roll in _ROLL:
+        roll.leave()
+
+
+def _terminated(signum, frame):
+    # Raised in the main thread between two steps, so that ``stopping_together`` tells the
+    # others which process was stopped (a job's cancellation, a preemption, ``kill``).
+    raise SystemExit(f"ended by {signal.Signals(signum).name} from outside")
 
 
 # Where a failing process leaves its error for the others (JAX's key-value store), and how long
@@ -217,6 +253,7 @@ def join(job_addresses=None, num_processes=None, process_id=None):
 _STOPPED = "keras_vit_stopped"
 _NOTICE_SECONDS = 3.0
 _LEAVING = threading.Event()
+_ROLL = []  # the connections of this process's roll call, once joined
 
 
 def _client():
@@ -225,26 +262,51 @@ def _client():
     return distributed.global_state.client
 
 
-def _watch(found, every=0.5):
-    """Stop this process, saying why, when another one has stopped with an error or process 0
-    (which holds JAX's coordination service) no longer answers."""
+def _watch(found, roll, every=0.5):
+    """Stop this process, saying why, when another one has stopped with an error, ended without
+    a word (its connection closed) or, for the others, when process 0 (which holds JAX's
+    coordination service) no longer answers."""
     client = _client()
-    while not _LEAVING.wait(every):
+    while True:
+        gone = roll.gone(every)
+        if _LEAVING.is_set():
+            return
         try:
             stopped = client.key_value_dir_get(_STOPPED)
         except Exception:  # noqa: BLE001 (any failure: the coordinator is gone)
             if _LEAVING.is_set() or found.process_id == 0:
                 return  # this process is leaving, or holds the service that is going
+            if 0 in gone:
+                _gone(found, 0)
             _stop(f"process 0 (the coordinator at {found.coordinator}) stopped answering")
         for key, message in stopped:
             index = int(key.rsplit("/", 1)[-1])
             if index != found.process_id:
                 _stop(f"process {index} of {found.num_processes} stopped: {message}")
+        for index in gone:  # after the messages: a process stopping for another says bye
+            _gone(found, index)
 
 
-def _stop(reason):
+def _gone(found, index):
+    why = (f"ended without a word (its connection to process {found.process_id} closed: "
+           "killed, out of memory, or its host went down)")
+    if index == 0:
+        _stop(f"process 0 (the coordinator at {found.coordinator}) {why}")
+    _stop(f"process {index} of {found.num_processes} {why}",
+          tell=f"{_STOPPED}/{index}", message=why)
+
+
+def _stop(reason, tell=None, message=None):
+    """Say why and end this process; process 0 first leaves ``message`` for the others under
+    the key ``tell`` and keeps JAX's coordination service up while they read it."""
     print(f"keras_vit: {reason}; process {process_index()} stops too.", file=sys.stderr,
           flush=True)
+    _leave()
+    if process_index() == 0 and process_count() > 2:
+        with contextlib.suppress(Exception):
+            if tell is not None:
+                _client().key_value_set(tell, message)
+            time.sleep(_NOTICE_SECONDS)
     os._exit(1)
 
 
@@ -262,27 +324,11 @@ def stopping_together():
             message = f"{type(error).__name__}: {error}"[:2000]
             print(f"keras_vit: process {process_index()} of {process_count()} stopped: "
                   f"{message}; stopping the others.", file=sys.stderr, flush=True)
+            _LEAVING.set()  # the others' ends are theirs to report, not this process's
             with contextlib.suppress(Exception):
                 _client().key_value_set(f"{_STOPPED}/{process_index()}", message)
                 time.sleep(_NOTICE_SECONDS)
         raise
-
-
-def _wait_for_coordinator(found):
-    host, _, port = found.coordinator.rpartition(":")
-    deadline = time.monotonic() + found.join_timeout
-    while True:
-        try:
-            socket.create_connection((host.strip("[]"), int(port)), timeout=1).close()
-            return
-        except OSError as error:
-            if time.monotonic() > deadline:
-                raise ConnectionError(
-                    f"Process 0 of {found.num_processes} did not answer at {found.coordinator} "
-                    f"within {found.join_timeout} s ({JOIN_TIMEOUT}), {error}: start it with "
-                    f"{PROCESS_ID}=0, and check that {JOB_ADDRESSES} is its address and that "
-                    "the port is free and reachable from this host.") from None
-            time.sleep(0.2)
 
 
 def process_index():

@@ -9,6 +9,9 @@ writes ``OUT/process<i>.npz``.
   ``ModelParallel`` with ``layout_map`` on a (2, 2) mesh.
 - ``dies``: trains, then process 1 exits at its second step (as if killed).
 - ``fails``: trains, then process 1 raises an error at its second step.
+- ``terminated``: trains, then process 1 is sent ``SIGTERM`` at its second step.
+- ``vanishes``: once joined, process ``VANISHING`` is killed (``SIGKILL``) while the others wait
+  outside any collective (in their input pipeline, say).
 - ``cli``: ``keras-vit`` with the arguments after OUT; with ``STOP_AFTER_EPOCH=e`` every process
   ends (as if killed) once the backup of epoch ``e`` is written. Every write this process makes
   into the run folder from Python (open for writing, mkdir, rename, remove) is listed in
@@ -16,7 +19,9 @@ writes ``OUT/process<i>.npz``.
 """
 
 import os
+import signal
 import sys
+import time
 
 from keras_vit import distribution
 
@@ -98,7 +103,7 @@ def library(out):
     return results
 
 
-def dies(out, fail=False):
+def dies(out, end=None):
     (x, y), _ = data.load_digits()
     distribution.data_parallel()
     train = data.pipeline(data.from_arrays(x[:64], y[:64]), batch_size=16, image_size=8,
@@ -108,8 +113,11 @@ def dies(out, fail=False):
         def on_train_batch_end(self, batch, logs=None):
             print(f"process {distribution.process_index()} step {batch}", flush=True)
             if batch == 1 and distribution.process_index() == 1:
-                if fail:
+                if end == "fails":
                     raise RuntimeError("a failure in process 1")
+                if end == "terminated":
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    time.sleep(5)  # the handler runs here, between two steps
                 os._exit(3)
 
     trained_model = create_model("ViT-Ti/4", image_size=8, num_classes=10, num_channels=1,
@@ -117,6 +125,14 @@ def dies(out, fail=False):
     trained_model.compile(optimizer="adam",
                           loss=keras.losses.CategoricalCrossentropy(from_logits=True))
     trained_model.fit(train, epochs=1000, steps_per_epoch=4, callbacks=[Exit()], verbose=0)
+    return {}
+
+
+def vanishes(out):
+    multihost_utils.sync_global_devices("joined")
+    if distribution.process_index() == int(os.environ["VANISHING"]):
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(60)  # the watcher stops this process long before
     return {}
 
 
@@ -148,6 +164,7 @@ def command_line(out):
             with open(os.path.join(out, f"writes{distribution.process_index()}.json"),
                       "w") as file:
                 json.dump(writes, file)
+            distribution._leave()  # the whole run ends here: no process reports another
             os._exit(0)
 
     run_files.AtomicBackup.on_epoch_end = then_stopped
@@ -160,7 +177,8 @@ def command_line(out):
 
 if __name__ == "__main__":
     scenario, out = sys.argv[1], sys.argv[2]
-    scenarios = {"library": library, "dies": dies, "fails": lambda out: dies(out, fail=True),
+    scenarios = {"library": library, "dies": dies, "fails": lambda out: dies(out, "fails"),
+                 "terminated": lambda out: dies(out, "terminated"), "vanishes": vanishes,
                  "cli": command_line}
     with distribution.stopping_together():
         results = scenarios[scenario](out)
