@@ -14,7 +14,7 @@ tokens, the mean of R's rows (as ``attention_rollout`` takes it).
 
 grad_A y_t * A is the gradient with respect to a gate G = 1 of A's full shape multiplied onto
 the probabilities: d y_t(A * G) / dG = grad_A y_t * A at G = 1. The gates go through the
-model's own forward (``ViTImageClassifier.forward``, the function its graph is traced from), so
+model's own forward (``ViTImageClassifier.record``, the function its graph is traced from), so
 there is no second forward here to drift from the model's. The one gradient Keras leaves to its
 backends is taken in ``gradient``.
 """
@@ -114,7 +114,7 @@ def attention_gradients(model, images, class_index):
     inputs = keras.ops.convert_to_tensor(images)
 
     def chosen_logits(gates):
-        logits = model.forward(inputs, gates=gates)[0]
+        logits = model.record(inputs, gates=gates)[0]
         return keras.ops.sum(keras.ops.cast(logits, "float32") * chosen)
 
     return gradient(chosen_logits, [np.ones(shape, np.float32)] * config.encoder.num_layers)

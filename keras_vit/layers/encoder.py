@@ -491,9 +491,9 @@ class Encoder(keras.layers.Layer):
         return self.dropout(x, training=training), grid
 
     def call(self, inputs, training=None):
-        return self.forward(inputs, training)
+        return self.encode(inputs, training)
 
-    def forward(self, inputs, training=None, gates=None, out=None):
+    def encode(self, inputs, training=None, gates=None, out=None):
         """The encoder's one pass (Eq. 1-4): the call is this pass, and inspection reads it.
 
         Args:

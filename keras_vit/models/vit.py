@@ -4,7 +4,7 @@
 (after its final LayerNorm), and ``"pooled"``, the image representation y of Eq. 4 (the class
 token, or the mean of the tokens for GAP). Its graph: (ResNet stem of a hybrid) ->
 ``PatchEmbedding`` -> ``Encoder`` (or Axial-ViT's) -> pooling, traced from one forward function
-that ``backbone.forward(images)`` runs again to record every intermediate (each block's output
+that ``backbone.record(images)`` runs again to record every intermediate (each block's output
 and attention probabilities among them) and that gradient relevancy runs with attention gates.
 
 ``ViTImageClassifier`` is a head on a backbone: (``pre_logits``, the pre-training head's tanh
@@ -47,8 +47,8 @@ def _forward(layers, images, training=None, gates=None, out=None):
     """The ViT's forward (paper Eq. 1-4): (hybrid stem) -> patch embedding -> encoder -> pooling.
 
     The backbone's graph is this function traced on its symbolic input (``out`` None: the encoder
-    is one node of it); ``ViTBackbone.forward`` runs it again on arrays with ``out``, a dict that
-    receives every intermediate, and optional attention ``gates`` (``Encoder.forward``).
+    is one node of it); ``ViTBackbone.record`` runs it again on arrays with ``out``, a dict that
+    receives every intermediate, and optional attention ``gates`` (``Encoder.encode``).
     """
     def kept(name, value):
         if out is not None:
@@ -62,12 +62,12 @@ def _forward(layers, images, training=None, gates=None, out=None):
     if out is None:
         tokens = layers.encoder(x, training=training)
     else:
-        tokens = layers.encoder.forward(x, training, gates, out)
+        tokens = layers.encoder.encode(x, training, gates, out)
     return {"tokens": kept("tokens", tokens), "pooled": kept("pooled", layers.pool(tokens))}
 
 
 def _recorded(layers, images, training=None, gates=None):
-    """``_forward``'s dict of every intermediate (``ViTBackbone.forward``)."""
+    """``_forward``'s dict of every intermediate (``ViTBackbone.record``)."""
     out = {}
     _forward(layers, images, training, gates, out)
     return out
@@ -151,14 +151,15 @@ class ViTBackbone(Backbone, DescribedModel):
         filters E (paper Eq. 1, Fig. 7 left)."""
         return self._layers_in_order.embedding
 
-    def forward(self, images, gates=None, training=False):
+    # Not named forward: under torch a Keras layer is a torch Module, whose forward Keras calls.
+    def record(self, images, gates=None, training=False):
         """The backbone's forward on ``images``, the one its graph is traced from, with what
         inspection reads recorded on the way.
 
         Args:
             images: (batch, height, width, channels), as for the call.
             gates: None, or one (batch, heads, N, N) array per block multiplying its attention
-                probabilities (``Encoder.forward``; gradient relevancy).
+                probabilities (``Encoder.encode``; gradient relevancy).
             training: dropout on or off.
 
         Returns:
@@ -180,7 +181,7 @@ class ViTBackbone(Backbone, DescribedModel):
         return super().get_layer(name, index)
 
     def intermediates(self):
-        """A model from images to ``forward``'s dict (every block's output and attention
+        """A model from images to ``record``'s dict (every block's output and attention
         probabilities among them), sharing this backbone's weights."""
         if self._intermediates is None:
             recorded = _Recorded(self._layers_in_order, name=f"{self.name}_recorded")
@@ -235,13 +236,13 @@ class ViTImageClassifier(ImageClassifier):
     backbone_cls = ViTBackbone
     default_name = "vit"
 
-    def forward(self, images, gates=None, training=False):
-        """The classifier's forward: the backbone's (``ViTBackbone.forward``, with optional
+    def record(self, images, gates=None, training=False):
+        """The classifier's forward: the backbone's (``ViTBackbone.record``, with optional
         attention ``gates``), then the head its graph was built with.
 
         Returns:
             ``(logits, out)``: the head's output, and the backbone's record with
             ``"pre_logits"`` (a head with a representation layer) and ``"logits"`` added.
         """
-        out = self.backbone.forward(images, gates=gates, training=training)
+        out = self.backbone.record(images, gates=gates, training=training)
         return self._head(out["pooled"], out), out

@@ -1,7 +1,7 @@
 """Inspection runs the model's own forward: the function the graph is traced from.
 
-Relevancy's gated logits and every block's attention come from ``ViTImageClassifier.forward``
-and ``ViTBackbone.forward``; if that forward and the model's call drifted apart (a layer added
+Relevancy's gated logits and every block's attention come from ``ViTImageClassifier.record``
+and ``ViTBackbone.record``; if that forward and the model's call drifted apart (a layer added
 to the graph and not to the record, or the reverse), the explanations would describe another
 model. These tests hold the two together for every family relevancy explains, a hybrid
 included, and keep the inspection modules off layer look-ups by name.
@@ -54,7 +54,7 @@ def test_gated_forward_at_ones_is_the_call_and_records_every_step(family):
     rows, cols = (side // config.stride for side in size)
     tokens = rows * cols + (config.encoder.classifier == "token")
     gates = [keras.ops.ones((2, 2, tokens, tokens))] * config.encoder.num_layers
-    logits, out = model.forward(x, gates=gates)
+    logits, out = model.record(x, gates=gates)
     np.testing.assert_allclose(numpy(logits), numpy(model(x)), atol=1e-5)
     np.testing.assert_allclose(numpy(out["logits"]), numpy(logits))
     called = model.backbone(x)
@@ -75,7 +75,7 @@ def test_gated_forward_at_ones_is_the_call_and_records_every_step(family):
 def test_the_forward_without_gates_and_the_intermediates_model_agree():
     model = build(FAMILIES["hybrid"])
     x = np.random.default_rng(2).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
-    out = model.backbone.forward(x)
+    out = model.backbone.record(x)
     recorded = model.backbone.intermediates()(x)
     assert set(recorded) == set(out) == {"stem", "patches", "embedded", "blocks", "attention",
                                          "tokens", "pooled"}
@@ -90,9 +90,9 @@ def test_gates_on_an_axial_vit_are_refused_by_its_encoder():
     backbone = ViTBackbone(image_size=8, patch_size=4, hidden_size=8, num_layers=1, num_heads=2,
                            mlp_dim=16, axial=True)
     x = np.zeros((1, 8, 8, 3), "float32")
-    assert len(backbone.forward(x)["attention"]) == 2  # a row and a column map
+    assert len(backbone.record(x)["attention"]) == 2  # a row and a column map
     with pytest.raises(ValueError, match="no gate"):
-        backbone.forward(x, gates=[np.ones((1, 2, 5, 5), "float32")])
+        backbone.record(x, gates=[np.ones((1, 2, 5, 5), "float32")])
 
 
 def _get_layer_calls(path):

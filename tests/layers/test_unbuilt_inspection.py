@@ -13,7 +13,7 @@ def test_probabilities_and_the_recorded_forward_of_unbuilt_layers():
     encoder = Encoder(EncoderConfig(num_layers=2, num_heads=4, mlp_dim=8),
                       position_embedding_grid=(3, 3))
     seen = {}
-    tokens = encoder.forward(np.ones((2, 3, 3, 32), "float32"), out=seen)
+    tokens = encoder.encode(np.ones((2, 3, 3, 32), "float32"), out=seen)
     assert tuple(tokens.shape) == tuple(seen["embedded"].shape) == (2, 10, 32)
     assert [tuple(p.shape) for p in seen["attention"]] == [(2, 4, 10, 10)] * 2
     assert len(seen["blocks"]) == 2
