@@ -5,7 +5,8 @@ perturbation test of which explanation is faithful (``perturbation_curves``, Che
 CVPR 2021).
 
 The computations take a ``ViTImageClassifier`` or a ``ViTBackbone`` and read the backbone
-(its ``attention_model()``, ``position_embedding_layer(block)`` and patch embedding); they
+(what its own forward records (``record``), ``position_embedding_layer(block)`` and the patch
+embedding; relevancy runs the classifier's ``record`` with attention gates); they
 return numpy arrays, which the ``plot_*`` helpers draw as the paper does
 (``plot_largest_batch`` draws Fig. 12 right from ``keras_vit.costs.batches.figure_12``,
 ``plot_speed_by_size`` Fig. 12 left from ``keras_vit.evaluation.speed_by_size``).

@@ -1,7 +1,8 @@
 """What a ViT attends to: attention weights, Attention Rollout and mean attention distance.
 
 - ``attention_weights``: the softmax probabilities of every block (the explicit path of the
-  attention layer, through ``ViTBackbone.attention_model()``; the model is not changed).
+  attention layer, recorded by the backbone's own forward, ``ViTBackbone.record``; the model is
+  not changed).
 - ``attention_rollout``: Attention Rollout (Abnar & Zuidema, 2020) as in the paper's Appendix D.8
   and Fig. 6: average the heads, add the identity for the residual connection, re-normalise the
   rows, and multiply the matrices of all layers.
@@ -121,11 +122,8 @@ def _attention_batches(backbone, images, batch_size):
     Analyses that reduce over images consume these one batch at a time, so that memory holds
     one batch's maps (a ViT-B/16 at 384 px has 12 x 12 maps of 577 x 577 per image)."""
     batch_size = positive_int("batch_size", batch_size)
-    attention = backbone.attention_model()
     for start in range(0, len(images), int(batch_size)):
-        outputs = attention(images[start:start + int(batch_size)], training=False)
-        if not isinstance(outputs, (list, tuple)):
-            outputs = [outputs]
+        outputs = backbone.record(images[start:start + int(batch_size)])["attention"]
         yield [np.asarray(keras.ops.convert_to_numpy(w), np.float32) for w in outputs]
 
 

@@ -89,7 +89,7 @@ def embedding_filter_components(model, n=28):
     ((5, 4, 4, 3), (5,))
     """
     backbone = backbone_of(model)
-    kernel = np.asarray(keras.ops.convert_to_numpy(backbone.get_layer("embedding").conv.kernel))
+    kernel = np.asarray(keras.ops.convert_to_numpy(backbone.patch_embedding.conv.kernel))
     height, width, channels, count = kernel.shape
     size = height * width * channels
     limit = min(count, size)

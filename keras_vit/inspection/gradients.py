@@ -13,8 +13,10 @@ row for a ``"token"`` model; for a ``"gap"`` model, whose representation is the 
 tokens, the mean of R's rows (as ``attention_rollout`` takes it).
 
 grad_A y_t * A is the gradient with respect to a gate G = 1 of A's full shape multiplied onto
-the probabilities (``Encoder.gated``): d y_t(A * G) / dG = grad_A y_t * A at G = 1. The one
-gradient Keras leaves to its backends is taken in ``gradient``.
+the probabilities: d y_t(A * G) / dG = grad_A y_t * A at G = 1. The gates go through the
+model's own forward (``ViTImageClassifier.record``, the function its graph is traced from), so
+there is no second forward here to drift from the model's. The one gradient Keras leaves to its
+backends is taken in ``gradient``.
 """
 
 import keras
@@ -95,20 +97,6 @@ def _check_model(model, what="relevancy"):
     return model
 
 
-def gated_logits(model, images, gates):
-    """The classifier's logits with block i's attention probabilities multiplied by
-    ``gates[i]`` (batch, heads, N, N); at gates of ones, the model's own logits (inference)."""
-    backbone = model.backbone
-    x = images
-    if backbone.config.stem is not None:
-        x = backbone.get_layer("resnet")(x, training=False)
-    tokens = backbone.encoder.gated(backbone.get_layer("embedding")(x), gates)
-    x = backbone.get_layer("pool")(tokens)
-    if model.config.head.representation_size is not None:
-        x = model.get_layer("pre_logits")(x)
-    return model.get_layer("head")(x)
-
-
 def attention_gradients(model, images, class_index):
     """grad_A y_t * A of every block, for a batch of images and one class index per image.
 
@@ -126,7 +114,7 @@ def attention_gradients(model, images, class_index):
     inputs = keras.ops.convert_to_tensor(images)
 
     def chosen_logits(gates):
-        logits = gated_logits(model, inputs, gates)
+        logits = model.record(inputs, gates=gates)[0]
         return keras.ops.sum(keras.ops.cast(logits, "float32") * chosen)
 
     return gradient(chosen_logits, [np.ones(shape, np.float32)] * config.encoder.num_layers)

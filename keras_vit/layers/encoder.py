@@ -491,44 +491,54 @@ class Encoder(keras.layers.Layer):
         return self.dropout(x, training=training), grid
 
     def call(self, inputs, training=None):
-        return self._encode(inputs, training)
+        return self.encode(inputs, training)
 
-    def intermediates(self, inputs):
-        """What every block saw and made: ``{"tokens": the output, "blocks": each block's output,
-        "attention": each attention's probabilities}`` (inference; paper Sec. 4.5, Fig. 6-7)."""
-        if not self.built:  # a method, not a call: Keras builds only on __call__
+    def encode(self, inputs, training=None, gates=None, out=None):
+        """The encoder's one pass (Eq. 1-4): the call is this pass, and inspection reads it.
+
+        Args:
+            inputs: the patch-token grid (batch, rows, cols, D).
+            training: dropout on or off, as in the call.
+            gates: None, or one array per block (batch, heads, N, N) multiplying that block's
+                attention probabilities (the explicit path): at gates of ones the output is
+                the call's, and the gradient with respect to a gate is grad A * A (gradient
+                relevancy, Chefer et al., 2021). An Axial-ViT's blocks take none.
+            out: None, or a dict that receives ``"embedded"`` (z_0, the sequence entering
+                block 0), ``"blocks"`` (each block's output) and ``"attention"`` (each
+                attention's probabilities, the explicit float32 softmax; without gates the
+                blocks keep their fused kernel); paper Sec. 4.5, Fig. 6-7.
+
+        Returns:
+            The output sequence (batch, N, D).
+        """
+        self._check_gates(gates)
+        if not self.built:  # inspection calls this method, and Keras builds only on __call__
             self.build(tuple(inputs.shape))
-        seen = {"blocks": [], "attention": []}
-        tokens = self._encode(inputs, None, seen)
-        return {"tokens": tokens, **seen}
-
-    def gated(self, inputs, gates):
-        """The output (inference, explicit attention) with block i's attention probabilities
-        multiplied by ``gates[i]`` (batch, heads, N, N): at gates of ones the call's output, and
-        the gradient with respect to a gate is grad A * A (gradient relevancy, Chefer et al.,
-        2021). Not for an Axial-ViT, whose blocks take no gate."""
-        if len(gates) != len(self.blocks):
-            raise ValueError(f"Expected one gate per block ({len(self.blocks)}), got "
-                             f"{len(gates)}.")
-        if not self.built:
-            self.build(tuple(inputs.shape))
-        return self._encode(inputs, None, gates=gates)
-
-    def _encode(self, inputs, training, seen=None, gates=None):
         x, grid = self.embed(inputs, training=training)
+        if out is not None:
+            out.update(embedded=x, blocks=[], attention=[])
         x = self._to_blocks(x, grid)
         for i, (block, position) in enumerate(zip(self.blocks, self._block_positions)):
             if position is not None:
                 x = self._add_block_position(position, x, grid)
-            if seen is not None:
-                seen["attention"].extend(block.attention_probabilities(x))
-            if gates is None:
-                x = block(x, training=training)
-            else:
-                x = block(x, training=training, gate=gates[i])
-            if seen is not None:
-                seen["blocks"].append(x)
+            if out is not None:
+                out["attention"].extend(block.attention_probabilities(x))
+            gate = {} if gates is None else {"gate": gates[i]}
+            x = block(x, training=training, **gate)
+            if out is not None:
+                out["blocks"].append(x)
         return self._from_blocks(self.encoder_norm(x))
+
+    def _check_gates(self, gates):
+        if gates is None:
+            return
+        if self.block_class is not EncoderBlock:
+            raise ValueError(
+                "An Axial-ViT's blocks attend within rows and within columns and take no "
+                "gate; gradient relevancy needs one token-to-token attention per block.")
+        if len(gates) != len(self.blocks):
+            raise ValueError(f"Expected one gate per block ({len(self.blocks)}), got "
+                             f"{len(gates)}.")
 
     def _to_blocks(self, tokens, grid):
         """The sequence in the form the blocks take (the tokens; a grid for axial blocks)."""

@@ -60,11 +60,13 @@ class ImageClassifier(Task, DescribedModel):
                 f"the pre-logits layer alone); for the features alone use the "
                 f"{self.backbone_cls.__name__}.")
         inputs = keras.Input(backbone.input.shape[1:], name="images")
-        outputs = head_layers(config.head, dtype)(backbone(inputs)["pooled"])
-        super().__init__(inputs=inputs, outputs=outputs, name=name or self.default_name,
-                         config=config, dtype=dtype, trainable=trainable)
+        head = head_layers(config.head, dtype)
+        super().__init__(inputs=inputs, outputs=head(backbone(inputs)["pooled"]),
+                         name=name or self.default_name, config=config, dtype=dtype,
+                         trainable=trainable)
         self.backbone = backbone
         self.preprocessor = preprocessor
+        self._head = head  # the graph's head, for a family's forward that records
 
     @classmethod
     def describe(cls, config=None, keywords=None):
@@ -120,7 +122,9 @@ class ImageClassifier(Task, DescribedModel):
 
 
 def head_layers(head, dtype):
-    """The function from pooled features to the head's output: (``pre_logits``), (``head``)."""
+    """The function from pooled features to the head's output: (``pre_logits``), (``head``);
+    given a dict ``out``, it records ``"pre_logits"`` (when the head has them) and
+    ``"logits"``."""
     layers = []
     if head.representation_size is not None:
         layers.append(keras.layers.Dense(head.representation_size, activation="tanh",
@@ -129,9 +133,11 @@ def head_layers(head, dtype):
         layers.append(class_layer(head.num_classes, head.kernel_initializer, head.bias_init,
                                   dtype))
 
-    def apply(x):
+    def apply(x, out=None):
         for layer in layers:
             x = layer(x)
+            if out is not None:
+                out["logits" if layer.name == "head" else layer.name] = x
         return x
     return apply
 

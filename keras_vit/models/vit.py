@@ -3,8 +3,9 @@
 ``ViTBackbone`` maps images to named outputs: ``"tokens"``, the encoder's output sequence z_L
 (after its final LayerNorm), and ``"pooled"``, the image representation y of Eq. 4 (the class
 token, or the mean of the tokens for GAP). Its graph: (ResNet stem of a hybrid) ->
-``PatchEmbedding`` -> ``Encoder`` (or Axial-ViT's) -> pooling. ``backbone.intermediates()``
-adds every block's output and attention probabilities.
+``PatchEmbedding`` -> ``Encoder`` (or Axial-ViT's) -> pooling, traced from one forward function
+that ``backbone.record(images)`` runs again to record every intermediate (each block's output
+and attention probabilities among them) and that gradient relevancy runs with attention gates.
 
 ``ViTImageClassifier`` is a head on a backbone: (``pre_logits``, the pre-training head's tanh
 hidden layer) -> ``head``. A new task is the same backbone with a new zero-initialised head
@@ -34,19 +35,59 @@ def describe(config=None, keywords=None):
     return ViTBackbone.describe(config, keywords)
 
 
-class _Intermediates(keras.layers.Layer):
-    """Runs a model's encoder on the path that records every block (``Encoder.intermediates``).
+class _Layers:
+    """The backbone's layers in the order of its forward (a plain holder: Keras neither tracks
+    nor saves it, so the saved paths stay those of the graph)."""
+
+    def __init__(self, stem, embedding, encoder, pool):
+        self.stem, self.embedding, self.encoder, self.pool = stem, embedding, encoder, pool
+
+
+def _forward(layers, images, training=None, gates=None, out=None):
+    """The ViT's forward (paper Eq. 1-4): (hybrid stem) -> patch embedding -> encoder -> pooling.
+
+    The backbone's graph is this function traced on its symbolic input (``out`` None: the encoder
+    is one node of it); ``ViTBackbone.record`` runs it again on arrays with ``out``, a dict that
+    receives every intermediate, and optional attention ``gates`` (``Encoder.encode``).
+    """
+    def kept(name, value):
+        if out is not None:
+            out[name] = value
+        return value
+
+    x = images
+    if layers.stem is not None:
+        x = kept("stem", layers.stem(x, training=training))
+    x = kept("patches", layers.embedding(x))
+    if out is None:
+        tokens = layers.encoder(x, training=training)
+    else:
+        tokens = layers.encoder.encode(x, training, gates, out)
+    return {"tokens": kept("tokens", tokens), "pooled": kept("pooled", layers.pool(tokens))}
+
+
+def _recorded(layers, images, training=None, gates=None):
+    """``_forward``'s dict of every intermediate (``ViTBackbone.record``)."""
+    out = {}
+    _forward(layers, images, training, gates, out)
+    return out
+
+
+class _Recorded(keras.layers.Layer):
+    """``_recorded`` as one layer, for a model of the intermediates.
 
     A layer of its own because a Keras graph expects every call of one layer to return the same
-    structure; the encoder's weights are shared, not copied.
+    structure. It tracks the backbone's layers (shared, not copied), not the backbone: the
+    backbone keeps the model this layer is part of, and tracking it back would make a cycle.
     """
 
-    def __init__(self, encoder, **kwargs):
-        super().__init__(name=f"{encoder.name}_intermediates", **kwargs)
-        self.encoder = encoder
+    def __init__(self, layers, **kwargs):
+        super().__init__(autocast=False, **kwargs)  # each layer inside casts as in the graph
+        self._in_order = layers
+        self.parts = [layer for layer in vars(layers).values() if layer is not None]
 
-    def call(self, inputs):
-        return self.encoder.intermediates(inputs)
+    def call(self, images, training=None):
+        return _recorded(self._in_order, images, training)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -85,23 +126,50 @@ class ViTBackbone(Backbone, DescribedModel):
         stem = None
         if config.stem is not None:
             stem = HybridStem(**config.stem.to_dict(), dtype=dtype, name="resnet")
+        encoder_class = AxialEncoder if config.encoder.axial else Encoder
+        layers = _Layers(
+            stem,
+            PatchEmbedding(config.patches.patch_size, config.encoder.hidden_size, flatten=False,
+                           dtype=dtype, name="embedding"),
+            encoder_class(config.encoder, config.learned_grid, dtype=dtype, name="Transformer"),
+            TokenPooling(config.encoder.classifier, dtype=dtype, name="pool"))
         sides = config.image_size or (None, None)
         inputs = keras.Input((*sides, config.patches.num_channels), name="images")
-        x = inputs if stem is None else stem(inputs)
-        x = PatchEmbedding(config.patches.patch_size, config.encoder.hidden_size, flatten=False,
-                           dtype=dtype, name="embedding")(x)
-        encoder_class = AxialEncoder if config.encoder.axial else Encoder
-        tokens = encoder_class(config.encoder, config.learned_grid, dtype=dtype,
-                               name="Transformer")(x)
-        pooled = TokenPooling(config.encoder.classifier, dtype=dtype, name="pool")(tokens)
-        super().__init__(inputs=inputs, outputs={"tokens": tokens, "pooled": pooled}, name=name,
+        super().__init__(inputs=inputs, outputs=_forward(layers, inputs), name=name,
                          config=config, dtype=dtype, trainable=trainable)
+        self._layers_in_order = layers
         self._intermediates = None
 
     @property
     def encoder(self):
         """The ``Encoder`` layer (official path ``Transformer``)."""
-        return self.graph_layer("Transformer")
+        return self._layers_in_order.encoder
+
+    @property
+    def patch_embedding(self):
+        """The ``PatchEmbedding`` layer (official path ``embedding``): its kernel holds the
+        filters E (paper Eq. 1, Fig. 7 left)."""
+        return self._layers_in_order.embedding
+
+    # Not named forward: under torch a Keras layer is a torch Module, whose forward Keras calls.
+    def record(self, images, gates=None, training=False):
+        """The backbone's forward on ``images``, the one its graph is traced from, with what
+        inspection reads recorded on the way.
+
+        Args:
+            images: (batch, height, width, channels), as for the call.
+            gates: None, or one (batch, heads, N, N) array per block multiplying its attention
+                probabilities (``Encoder.encode``; gradient relevancy).
+            training: dropout on or off.
+
+        Returns:
+            A dict: ``"stem"`` (a hybrid's ResNet feature map), ``"patches"`` (the patch
+            embeddings, a (batch, rows, cols, D) grid), ``"embedded"`` (z_0 of Eq. 1),
+            ``"blocks"`` and ``"attention"`` (every block's output and attention
+            probabilities; an Axial-ViT gives a row and a column array per layer), and the
+            outputs ``"tokens"`` and ``"pooled"``.
+        """
+        return _recorded(self._layers_in_order, images, training, gates)
 
     def get_layer(self, name=None, index=None):
         """A layer by name, the encoder's own included (``encoderblock_3``, ``posembed_input``,
@@ -113,13 +181,11 @@ class ViTBackbone(Backbone, DescribedModel):
         return super().get_layer(name, index)
 
     def intermediates(self):
-        """A model from images to ``{"tokens", "pooled", "blocks", "attention"}``: the outputs,
-        each block's output and each attention's probabilities (a list per block; Axial-ViT
-        gives a row and a column array per layer), sharing this backbone's weights."""
+        """A model from images to ``record``'s dict (every block's output and attention
+        probabilities among them), sharing this backbone's weights."""
         if self._intermediates is None:
-            seen = _Intermediates(self.encoder)(self.graph_layer("embedding").output)
-            pooled = self.graph_layer("pool")(seen["tokens"])
-            self._intermediates = keras.Model(self.input, {**seen, "pooled": pooled},
+            recorded = _Recorded(self._layers_in_order, name=f"{self.name}_recorded")
+            self._intermediates = keras.Model(self.input, recorded(self.input),
                                               name=f"{self.name}_intermediates")
         return self._intermediates
 
@@ -169,3 +235,14 @@ class ViTImageClassifier(ImageClassifier):
 
     backbone_cls = ViTBackbone
     default_name = "vit"
+
+    def record(self, images, gates=None, training=False):
+        """The classifier's forward: the backbone's (``ViTBackbone.record``, with optional
+        attention ``gates``), then the head its graph was built with.
+
+        Returns:
+            ``(logits, out)``: the head's output, and the backbone's record with
+            ``"pre_logits"`` (a head with a representation layer) and ``"logits"`` added.
+        """
+        out = self.backbone.record(images, gates=gates, training=training)
+        return self._head(out["pooled"], out), out

@@ -14,7 +14,7 @@ import pytest
 import keras_vit
 from keras_vit import ViTBackbone, ViTImageClassifier
 from keras_vit.inspection import relevancy
-from keras_vit.inspection.gradients import attention_gradients, gated_logits, gradient
+from keras_vit.inspection.gradients import attention_gradients, gradient
 
 CLASSES = 4
 
@@ -149,7 +149,7 @@ def test_gated_forward_at_ones_is_the_models_forward():
                                                          "every_layer")):
         x, tokens = images(), 9 + (model.config.encoder.classifier == "token")
         gates = [keras.ops.ones((2, 2, tokens, tokens))] * 2
-        np.testing.assert_allclose(keras.ops.convert_to_numpy(gated_logits(model, x, gates)),
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(model.record(x, gates=gates)[0]),
                                    keras.ops.convert_to_numpy(model(x)), atol=1e-5)
 
 
@@ -184,7 +184,7 @@ def test_any_image_size_hybrid_and_batches():
     assert hybrid.config.grid == (4, 4)
     assert relevancy(hybrid, x).shape == (2, 4, 4)
     gates = [keras.ops.ones((2, 2, 17, 17))]
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(gated_logits(hybrid, x, gates)),
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(hybrid.record(x, gates=gates)[0]),
                                keras.ops.convert_to_numpy(hybrid(x)), atol=1e-4)
 
 

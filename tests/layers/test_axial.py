@@ -71,9 +71,8 @@ def test_class_row_and_position_placements():
                     dict(position_embedding_placement="every_layer"),
                     dict(position_embedding="relative"), dict(classifier="gap")):
         encoder = AxialEncoder(EncoderConfig(2, 2, 16, **options), (3, 4))
-        out = encoder(x)  # builds it: intermediates() is a method, not a call
-        seen = encoder.intermediates(x)
-        np.testing.assert_allclose(_np(seen["tokens"]), _np(out), atol=1e-5)
+        out, seen = encoder(x), {}
+        np.testing.assert_allclose(_np(encoder.encode(x, out=seen)), _np(out), atol=1e-5)
         probs = seen["attention"]
         rows = 3 + (options.get("classifier", "token") == "token")
         assert out.shape == (2, rows * 4, 8) and len(probs) == 4
