@@ -26,7 +26,7 @@ from keras_vit.checkpoints.capabilities import check_expressible
 from keras_vit.layers.encoder import EncoderConfig
 from keras_vit.layers.position import table_grid
 from keras_vit.models.description import Head, Patches, Stem, ViTConfig, model_keywords
-from keras_vit.models.registry import build, family_of
+from keras_vit.models.registry import BIT, HYBRID, VIT, build
 
 VIT_URL = "https://storage.googleapis.com/vit_models/{name}.npz"
 BIT_URL = "https://storage.googleapis.com/bit_models/{name}.npz"
@@ -266,14 +266,14 @@ def _infer(tensors):
     )
 
 
-# Family (``keras_vit.models.registry.family_of``) -> its official key table.
-TABLES = {"ViT": vit_table, "hybrid ResNet+ViT": vit_table, "BiT ResNetV2": resnet.bit_table}
+# Family (``keras_vit.models.family.Family``) with published weights -> its official key table.
+TABLES = {VIT: vit_table, HYBRID: vit_table, BIT: resnet.bit_table}
 
 
 def table_for(model):
     """The official key table of a keras_vit model."""
     check_expressible(model, "official")
-    return TABLES[family_of(model)](model)
+    return TABLES[model.config.family](model)
 
 
 def load(path, *, image_size=None, num_classes=None, drop_pre_logits=False, posemb_grid=None,

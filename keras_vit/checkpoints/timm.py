@@ -48,7 +48,7 @@ from keras_vit.layers.position import table_grid
 from keras_vit.layers.resnet import ROOT_WIDTH, plain_number
 from keras_vit.models.base import model_keywords
 from keras_vit.models.description import Head, Patches, ResNetConfig, Stages, Stem, ViTConfig
-from keras_vit.models.registry import build, family_of
+from keras_vit.models.registry import BIT, HYBRID, VIT, build
 
 EXTENSIONS = (".safetensors", ".pth", ".bin", ".pt")
 
@@ -255,13 +255,13 @@ def bit_table(model):
     return table
 
 
-# Family (``keras_vit.models.registry.family_of``) -> its timm key table.
-TABLES = {"ViT": vit_table, "hybrid ResNet+ViT": vit_table, "BiT ResNetV2": bit_table}
+# Family (``keras_vit.models.family.Family``) with published weights -> its timm key table.
+TABLES = {VIT: vit_table, HYBRID: vit_table, BIT: bit_table}
 
 
 def table_for(model):
     check_expressible(model, "timm")
-    return TABLES[family_of(model)](model)
+    return TABLES[model.config.family](model)
 
 
 # ----------------------------------------------------------------------------- inference
