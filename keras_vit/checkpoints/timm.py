@@ -176,15 +176,19 @@ def _linear(prefix, layer):
             f"{prefix}.bias": Entry(layer.bias)}
 
 
+def hybrid_table(model):
+    """timm key -> Entry for a hybrid: its ResNet stem's (``patch_embed.backbone``), then the
+    ViT's."""
+    stem = resnet.hybrid_stem_table(model.get_layer("resnet"))
+    return {**{f"patch_embed.backbone.{_timm_resnet_key(k)}": _torch_entry(k, e)
+               for k, e in stem.items()}, **vit_table(model)}
+
+
 def vit_table(model):
-    """timm key -> Entry for a ``ViTImageClassifier`` or ``ViTBackbone`` (plain or hybrid; a
-    backbone has no ``head`` keys: timm's ``num_classes=0``)."""
+    """timm key -> Entry for a ``ViTImageClassifier`` or ``ViTBackbone`` (a hybrid's stem is
+    ``hybrid_table``'s; a backbone has no ``head`` keys: timm's ``num_classes=0``)."""
     check_expressible(model, "timm")
     config, table = model.config, {}
-    if config.stem is not None:
-        stem = resnet.hybrid_stem_table(model.get_layer("resnet"))
-        table.update({f"patch_embed.backbone.{_timm_resnet_key(k)}": _torch_entry(k, e)
-                      for k, e in stem.items()})
     embedding = model.get_layer("embedding").conv
     table["patch_embed.proj.weight"] = torch_conv_kernel(embedding.kernel)
     table["patch_embed.proj.bias"] = Entry(embedding.bias)
@@ -256,7 +260,7 @@ def bit_table(model):
 
 
 # Family (``keras_vit.models.family.Family``) with published weights -> its timm key table.
-TABLES = {VIT: vit_table, HYBRID: vit_table, BIT: bit_table}
+TABLES = {VIT: vit_table, HYBRID: hybrid_table, BIT: bit_table}
 
 
 def table_for(model):
