@@ -19,16 +19,15 @@ import keras
 import numpy as np
 
 from keras_vit.checks import pair, positive_int
-from keras_vit.models.description import ViTConfig
-from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
+from keras_vit.models.description import Description
+from keras_vit.models.vit import ViTBackbone
 
 
 def backbone_of(model):
     """The ``ViTBackbone`` of a ``ViTImageClassifier``, or the backbone itself."""
-    if isinstance(model, ViTImageClassifier):
-        return model.backbone
-    if isinstance(model, ViTBackbone):
-        return model
+    backbone = getattr(model, "backbone", model)
+    if isinstance(backbone, ViTBackbone):  # attention_model() is the ViT backbone's own
+        return backbone
     raise TypeError(
         f"Expected a keras_vit ViTImageClassifier or ViTBackbone (plain or hybrid), got "
         f"{type(model).__name__}. Build the model with keras_vit.ViTImageClassifier, "
@@ -38,15 +37,13 @@ def backbone_of(model):
 
 def _config_of(model):
     """The ``ViTConfig`` of a model (classifier or backbone), or the config itself."""
-    return model if isinstance(model, ViTConfig) else backbone_of(model).config
+    return model if isinstance(model, Description) else backbone_of(model).config
 
 
 def _full_attention(config, what):
-    if config.encoder.axial:
-        raise ValueError(
-            f"{what} reads attention over all tokens; an Axial-ViT attends within rows and "
-            "within columns. attention_weights(model, images) gives its row and column maps."
-        )
+    config.family.check("token_attention", what,
+                        "attention_weights(model, images) gives the maps it has (an Axial-ViT's "
+                        "row and column maps).")
 
 
 def _check_images(backbone, images):

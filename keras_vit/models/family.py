@@ -15,6 +15,17 @@ from collections.abc import Callable
 STEMS = ("patches", "hybrid", "bit", "axial")
 
 
+# What each refusal of a ``Family`` is about, as its messages say it.
+NEEDS = {"token_attention": "token-to-token attention", "masked_patches": "patch tokens to mask",
+         "patch_resizing": "a patch embedding to resize"}
+
+
+class Refused(TypeError, ValueError):
+    """What a family refuses (``Family.check``): a ``TypeError``, as a model of the wrong kind
+    is, and a ``ValueError``, as a model with the wrong settings is (an Axial-ViT is a ViT whose
+    encoder is axial)."""
+
+
 @dataclasses.dataclass(frozen=True, eq=False)  # one record a family: equal when the same
 class Family:
     """One model family, whole.
@@ -60,6 +71,13 @@ class Family:
         """The description of ``name`` when it is one of this family's names, else None."""
         match = self.pattern.fullmatch(str(name))
         return None if match is None else self.describe(*match.groups())
+
+    def check(self, need, what, fix):
+        """Raise ``Refused`` when this family refuses ``need`` (a key of ``NEEDS``): ``what``
+        (the function asking) and ``fix`` (what to do instead) say it."""
+        reason = getattr(self, need)
+        if reason is not None:
+            raise Refused(f"{what} needs {NEEDS[need]}, and {reason}. {fix}")
 
     def model_class(self, config):
         """The class that builds ``config``: the classifier, or the backbone without a head."""

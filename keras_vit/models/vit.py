@@ -103,6 +103,14 @@ class ViTBackbone(Backbone, DescribedModel):
         """The ``Encoder`` layer (official path ``Transformer``)."""
         return self.graph_layer("Transformer")
 
+    def embed(self, images):
+        """The patch embeddings of ``images`` (after a hybrid's ResNet stem): the encoder's
+        input, for code that runs the encoder itself."""
+        x = images
+        if self.config.stem is not None:
+            x = self.get_layer("resnet")(x, training=False)
+        return self.get_layer("embedding")(x)
+
     def get_layer(self, name=None, index=None):
         """A layer by name, the encoder's own included (``encoderblock_3``, ``posembed_input``,
         ``cls``, ``encoder_norm``...): the official module names reach every layer."""
