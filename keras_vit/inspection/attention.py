@@ -19,7 +19,7 @@ import keras
 import numpy as np
 
 from keras_vit.checks import pair, positive_int
-from keras_vit.models.description import Description
+from keras_vit.models.description import ViTConfig
 from keras_vit.models.vit import ViTBackbone
 
 
@@ -37,7 +37,7 @@ def backbone_of(model):
 
 def _config_of(model):
     """The ``ViTConfig`` of a model (classifier or backbone), or the config itself."""
-    return model if isinstance(model, Description) else backbone_of(model).config
+    return model if isinstance(model, ViTConfig) else backbone_of(model).config
 
 
 def _full_attention(config, what):
