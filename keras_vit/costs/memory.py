@@ -148,17 +148,37 @@ class _Tally:
                                     SOFTMAX_PEAK * max(matrices, default=0))
 
 
-def _root(tally, side, channels, width, post_activation):
-    """A ResNet's root: BiT keeps the convolution's output and its padded copy, which the
-    max-pool reads; a post-activation root (hybrid, axial) its GroupNorm and ReLU, then the
-    pooled map."""
-    area_half = ceil_half(side[0]) * ceil_half(side[1])
+def _area_half(side):
+    return ceil_half(side[0]) * ceil_half(side[1])
+
+
+def _root_forward(side, channels, width):
+    """The root's forward peak: the image and the convolution's output with its next copy."""
+    return side[0] * side[1] * channels + 2 * width * _area_half(side)
+
+
+def _bit_root(tally, side, channels, width):
+    """BiT's root keeps the convolution's output and its padded copy, which the max-pool
+    reads."""
+    tally.add(2 * width * _area_half(side), _root_forward(side, channels, width))
+
+
+def _post_activation_root(tally, side, channels, width):
+    """A post-activation root (hybrid, axial) keeps its GroupNorm and ReLU, then the pooled
+    map."""
     quarter = root_output(side)
-    forward = side[0] * side[1] * channels + 2 * width * area_half
-    if post_activation:
-        tally.add(GROUP_NORM_KEPT * width * area_half + width * quarter[0] * quarter[1], forward)
-    else:
-        tally.add(2 * width * area_half, forward)
+    tally.add(GROUP_NORM_KEPT * width * _area_half(side) + width * quarter[0] * quarter[1],
+              _root_forward(side, channels, width))
+
+
+def _bit_end(tally, out, channels):
+    """BiT's norm-pre-head and its ReLU."""
+    area = out[0] * out[1]
+    tally.add(GROUP_NORM_KEPT * channels * area, 2 * channels * area)
+
+
+def _no_end(tally, out, channels):
+    """A post-activation ResNet's last unit normalised its output already."""
 
 
 def _bit_unit(unit, heads):
@@ -193,11 +213,12 @@ def _axial_unit(unit, heads):
     return kept, 3 * features * area_in, matrices, copies
 
 
-# Kind of ResNet (a family's stem, ``keras_vit.models.family.STEMS``) -> (what its unit keeps:
-# (kept, more at the forward peak, attention matrices, copies of each kept); whether it is
-# post-activation: a GroupNorm after the root, none before the head).
-UNITS = {"bit": (_bit_unit, False), "hybrid": (_hybrid_unit, True),
-         "axial": (_axial_unit, True)}
+# Kind of ResNet (a family's stem, ``keras_vit.models.family.STEMS``) -> (its root's tally;
+# what its unit keeps: (kept, more at the forward peak, attention matrices, copies of each
+# kept); what it adds after its last unit).
+UNITS = {"bit": (_bit_root, _bit_unit, _bit_end),
+         "hybrid": (_post_activation_root, _hybrid_unit, _no_end),
+         "axial": (_post_activation_root, _axial_unit, _no_end)}
 
 
 class _Unit:
@@ -213,7 +234,7 @@ class _Unit:
 
 def _unit(tally, kind, heads, unit):
     """One bottleneck unit of a ResNet of ``kind`` (``UNITS``)."""
-    kept, more, matrices, copies = UNITS[kind][0](unit, heads)
+    kept, more, matrices, copies = UNITS[kind][1](unit, heads)
     forward = (unit.channels * unit.area_in + unit.width_out * unit.area_out
                + 2 * unit.features * unit.area_in + more)
     tally.add(kept, forward, matrices, copies)
@@ -221,15 +242,14 @@ def _unit(tally, kind, heads, unit):
 
 def _resnet_tally(tally, side, channels, stages, width_factor, kind, heads=None):
     """Add a ResNet of ``kind`` (``UNITS``) to ``tally``; return its output side and channels."""
-    width, post_activation = root_width(width_factor), UNITS[kind][1]
-    _root(tally, side, channels, width, post_activation)
+    root, _, end = UNITS[kind]
+    width = root_width(width_factor)
+    root(tally, side, channels, width)
     out, channels = root_output(side), width
     for side_in, out, channels, features, stride in resnet_units(side, stages, width_factor):
         _unit(tally, kind, heads, _Unit(side_in, out, channels, features, stride))
         channels = EXPANSION * features
-    if not post_activation:  # BiT's norm-pre-head and its ReLU
-        area = out[0] * out[1]
-        tally.add(GROUP_NORM_KEPT * channels * area, 2 * channels * area)
+    end(tally, out, channels)
     return out, channels
 
 

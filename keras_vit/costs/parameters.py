@@ -59,21 +59,22 @@ def _axial_middle(side_in, channels, features, out, heads):
 
 
 # Kind of ResNet (a family's stem, ``keras_vit.models.family.STEMS``) -> (the weights of its
-# unit besides conv1, conv3 and the shortcut; whether it is post-activation: a GroupNorm after
-# the root and each projection, none before the head).
-UNITS = {"bit": (_bit_middle, False), "hybrid": (_hybrid_middle, True),
-         "axial": (_axial_middle, True)}
+# unit besides conv1, conv3 and the shortcut; its GroupNorms after the root and after each
+# projection; its GroupNorms before the head). Post-activation units (hybrid, axial) normalise
+# what they compute; BiT's pre-activation units leave one norm for the end.
+UNITS = {"bit": (_bit_middle, 0, 1), "hybrid": (_hybrid_middle, 1, 0),
+         "axial": (_axial_middle, 1, 0)}
 
 
 def _unit(kind, side_in, channels, features, stride, heads):
     """A bottleneck unit of a ResNet of ``kind`` (``UNITS``); a projection shortcut where the
     shape changes."""
-    middle, post_activation = UNITS[kind]
+    middle, norms, _ = UNITS[kind]
     out = EXPANSION * features
     count = _conv(1, channels, features) + _conv(1, features, out)  # conv1, conv3
     count += middle(side_in, channels, features, out, heads)
     if channels != out or stride != 1:
-        count += _conv(1, channels, out) + (_norm(out) if post_activation else 0)
+        count += _conv(1, channels, out) + norms * _norm(out)
     return count
 
 
@@ -81,7 +82,7 @@ def _resnet(channels, side, stages, width_factor, kind, heads=None):
     """Weights and output channels of a ResNet of ``kind`` (``UNITS``) on images of ``side``;
     a post-activation root has a GroupNorm, BiT's none."""
     width = root_width(width_factor)
-    count = _conv(ROOT_KERNEL, channels, width) + (_norm(width) if UNITS[kind][1] else 0)
+    count = _conv(ROOT_KERNEL, channels, width) + UNITS[kind][1] * _norm(width)
     out_channels = width
     for side_in, _, channels, features, stride in resnet_units(side, stages, width_factor):
         count += _unit(kind, side_in, channels, features, stride, heads)
@@ -125,7 +126,7 @@ def _resnet_model(description, height, width):
     count, channels = _resnet(description.num_channels, (height, width), stages.block_units,
                               stages.width_factor, kind,
                               getattr(description.axial, "num_heads", None))
-    return count + (0 if UNITS[kind][1] else _norm(channels)) + (
+    return count + UNITS[kind][2] * _norm(channels) + (
         0 if head is None else _head(channels, head.representation_size, head.num_classes))
 
 
