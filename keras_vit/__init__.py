@@ -95,6 +95,9 @@ _registration.watch()
 # The models' from_preset reads names and foreign files with the checkpoint readers, a floor
 # above them: that floor's module is named here, above every floor (keras_vit._hooks).
 _hooks.provided_by(_hooks.NAMED_PRESETS, "keras_vit.pretrained")
+# A description names its family's record, which names the model classes built on the
+# description: the records' module is named here, so that neither imports the other.
+_hooks.provided_by(_hooks.FAMILIES, "keras_vit.models.registry")
 
 
 # Earlier names -> today's, for a clear error instead of a bare AttributeError.

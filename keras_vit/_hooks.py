@@ -15,6 +15,9 @@ import importlib
 # foreign folder holds; ``presets_for(cls)``: ``{name: preset}`` of the named presets ``cls``
 # builds. Filled by ``keras_vit.pretrained``.
 NAMED_PRESETS = "named presets"
+# ``{name: Family}`` of every family's record (``keras_vit.models.family.Family``), which a
+# description's ``family`` reads. Filled by ``keras_vit.models.registry``.
+FAMILIES = "families"
 
 _PROVIDERS = {}  # hook -> the module that fills it, as the package root names it
 _FILLED = {}  # hook -> what serves it

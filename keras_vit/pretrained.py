@@ -262,10 +262,11 @@ def create_model(name, *, image_size=224, num_classes=1000, weights=None, **over
     if weights is None:
         return registry.build_model(name, image_size=image_size, num_classes=num_classes,
                                     **overrides)
-    family, model_class, expected = registry.parse(name)
-    if family in registry.UNPUBLISHED:
+    expected = registry.model_config(name)
+    family = expected.family
+    if not family.weights:
         raise ValueError(
-            f"No weights exist for {name!r}: {family} models (paper Appendix D.6) were never "
+            f"No weights exist for {name!r}: {family.name} models were never "
             "published in the official, timm or transformers formats. Build it with "
             "weights=None and train or fine-tune it, or load a .keras file with "
             "keras.saving.load_model."
@@ -273,12 +274,12 @@ def create_model(name, *, image_size=224, num_classes=1000, weights=None, **over
     # load_checkpoint's num_classes=None keeps the file's head; 0 leaves it out (a ViTBackbone)
     model = load_checkpoint(weights, image_size=image_size,
                             num_classes=0 if num_classes is None else num_classes, **overrides)
-    found = registry.family_of(model)
-    if found != family:
+    found = model.config.family
+    if found is not family:
         raise ValueError(
-            f"The weights {weights!r} hold a {found} checkpoint, but {name!r} is a {family}. "
-            f"Use create_model with a {found} name, or load_checkpoint(weights) to build whatever "
-            "the file holds."
+            f"The weights {weights!r} hold a {found.name} checkpoint, but {name!r} is a "
+            f"{family.name}. Use create_model with a {found.name} name, or "
+            "load_checkpoint(weights) to build whatever the file holds."
         )
     different = _differences(model.config, expected, overrides)
     if different:

@@ -11,8 +11,7 @@ import dataclasses
 
 from keras_vit.layers.encoder import LAYER_NORM_EPSILON
 from keras_vit.layers.tree import quantization_modes, sublayers
-from keras_vit.models.axial import is_axial
-from keras_vit.models.registry import family_of
+from keras_vit.models.family import family_of_model
 
 POSITION = ("learned_1d", "stem")  # the one position embedding every foreign format holds
 
@@ -22,7 +21,7 @@ class Capabilities:
     """What a format holds (see the module docstring); ``name`` is how errors call it."""
 
     name: str
-    stems: tuple  # "patches" (a plain ViT), "hybrid" (a ResNet stem), "bit" (a ResNetV2)
+    stems: tuple  # the kinds of stem it holds (``keras_vit.models.family.STEMS``)
     classifiers: tuple = ("token", "gap")
     pre_logits: bool = True  # whether a classifier's pre-logits layer has a place
     pooler: bool = False  # whether a pre-logits layer without classes has a place
@@ -41,18 +40,18 @@ FORMATS = {
 }
 
 
-# Family (``keras_vit.models.registry.family_of``) -> the stem a format must have a place for.
-STEMS = {"ViT": "patches", "hybrid ResNet+ViT": "hybrid", "BiT ResNetV2": "bit"}
-
-
-def stem_of(model):
-    """``"patches"``, ``"hybrid"`` or ``"bit"``: the kind of stem ``model`` has."""
-    config = getattr(model, "config", None)
-    family = None if config is None else family_of(config)
-    if family not in STEMS:
+def _family_with_layout(model, can):
+    """The family record of ``model``, refused where the format ``can`` has no layout for it."""
+    family = family_of_model(model)
+    if family is None:
         raise TypeError(f"{type(model).__name__} has no checkpoint layout; expected a keras_vit "
                         "ViT (plain or hybrid) or BiT ResNet, backbone or classifier.")
-    return STEMS[family]
+    if not family.weights:
+        raise ValueError(
+            f"This {family.name} has no {can.name} layout: no official, timm or transformers "
+            f"checkpoints of the {family.name} family exist. Save it with "
+            "model.save('model.keras') and load it with keras.saving.load_model.")
+    return family
 
 
 def check_expressible(model, format, strict=True):
@@ -61,28 +60,12 @@ def check_expressible(model, format, strict=True):
     ``strict=False`` lets a tanh-GELU model go to a format with only the exact GELU.
     """
     can = FORMATS[format]
-    if is_axial(model):
-        raise ValueError(
-            f"This {family_of(model)} (an axial-attention model, paper Appendix D.6) has no "
-            f"{can.name} layout: no official, timm or transformers checkpoints of axial models "
-            "exist. Save it with model.save('model.keras') and load it with "
-            "keras.saving.load_model."
-        )
-    stem = stem_of(model)
+    stem = _family_with_layout(model, can).stem
     check_float_weights(model, can.name)
-    if stem == "bit" and stem not in can.stems:
-        raise TypeError(f"The {can.name} format holds a keras_vit ViT; it has no "
-                        "BiT ResNetV2 with this layout (save it in the official or timm format).")
     if stem not in can.stems:
-        raise ValueError(_STEM_ERRORS[stem].format(name=can.name))
-    head = model.config.head
-    if stem == "bit" and head is not None and head.representation_size is not None:
-        raise ValueError(
-            f"BiT's {can.name} layout has a head of one layer; this model's head has a "
-            f"pre-logits layer (representation_size={head.representation_size}). Save it with "
-            "model.save('model.keras'), or write its backbone (model.backbone).")
-    if stem != "bit":
-        _check_vit(model.config, format, strict)
+        error, message = STEM_ERRORS[stem]
+        raise error(message.format(name=can.name))
+    CHECKS[stem](model.config, format, strict)
 
 
 def check_float_weights(model, name):
@@ -105,9 +88,13 @@ def check_float_weights(model, name):
         )
 
 
-_STEM_ERRORS = {
-    "hybrid": "The {name} ViT has no ResNet stem, so a hybrid ResNet+ViT cannot be expressed; save "
-              "it in the official or timm format, or keep it as a keras_vit model.",
+# Kind of stem (``keras_vit.models.family.STEMS``) -> the error of a format without it.
+STEM_ERRORS = {
+    "hybrid": (ValueError, "The {name} ViT has no ResNet stem, so a hybrid ResNet+ViT cannot be "
+                           "expressed; save it in the official or timm format, or keep it as a "
+                           "keras_vit model."),
+    "bit": (TypeError, "The {name} format holds a keras_vit ViT; it has no BiT ResNetV2 with this "
+                       "layout (save it in the official or timm format)."),
 }
 
 
@@ -152,6 +139,20 @@ def _check_vit(config, format, strict):
             f"{encoder.layer_norm_epsilon} (e.g. loaded from Hugging Face) and cannot be "
             "expressed exactly. Save it with save_checkpoint(..., format='transformers') instead."
         )
+
+
+def _check_bit(config, format, strict):
+    head, name = config.head, FORMATS[format].name
+    if head is not None and head.representation_size is not None:
+        raise ValueError(
+            f"BiT's {name} layout has a head of one layer; this model's head has a "
+            f"pre-logits layer (representation_size={head.representation_size}). Save it with "
+            "model.save('model.keras'), or write its backbone (model.backbone).")
+
+
+# Kind of stem (``keras_vit.models.family.STEMS``) of a family with a layout -> what a format
+# must hold of its description.
+CHECKS = {"patches": _check_vit, "hybrid": _check_vit, "bit": _check_bit}
 
 
 # Format name -> why it has no place for a classifier's pre-logits layer.

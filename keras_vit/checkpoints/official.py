@@ -26,7 +26,7 @@ from keras_vit.checkpoints.capabilities import check_expressible
 from keras_vit.layers.encoder import EncoderConfig
 from keras_vit.layers.position import table_grid
 from keras_vit.models.description import Head, Patches, Stem, ViTConfig, model_keywords
-from keras_vit.models.registry import build, family_of
+from keras_vit.models.registry import BIT, HYBRID, VIT, build
 
 VIT_URL = "https://storage.googleapis.com/vit_models/{name}.npz"
 BIT_URL = "https://storage.googleapis.com/bit_models/{name}.npz"
@@ -162,15 +162,13 @@ def _attention_projection(key, name, attention):
 
 def vit_table(model):
     """Official key -> Entry for a ``ViTImageClassifier`` or a ``ViTBackbone`` (no head keys);
-    hybrids include the ResNet stem.
+    a hybrid's ResNet stem is ``hybrid_table``'s.
 
     Only the default position embedding ('learned_1d' at the 'stem') has an official layout; other
     variants raise a ``ValueError`` naming the ``.keras`` format as the way to save them.
     """
     check_expressible(model, "official")
     config, table = model.config, {}
-    if config.stem is not None:
-        table.update(resnet.hybrid_stem_table(model.get_layer("resnet")))
     table.update(_dense("embedding", model.get_layer("embedding").conv))
     if config.encoder.classifier == "token":
         table["cls"] = Entry(model.get_layer("cls").cls)
@@ -188,6 +186,11 @@ def vit_table(model):
         table.update(_dense(f"{prefix}/MlpBlock_3/Dense_1", block.MlpBlock_3.Dense_1))
     table.update(_layer_norm("Transformer/encoder_norm", model.get_layer("encoder_norm")))
     return {**table, **head_table(model)}
+
+
+def hybrid_table(model):
+    """Official key -> Entry for a hybrid: its ResNet stem's, then the ViT's."""
+    return {**resnet.hybrid_stem_table(model.get_layer("resnet")), **vit_table(model)}
 
 
 def head_table(model):
@@ -266,14 +269,14 @@ def _infer(tensors):
     )
 
 
-# Family (``keras_vit.models.registry.family_of``) -> its official key table.
-TABLES = {"ViT": vit_table, "hybrid ResNet+ViT": vit_table, "BiT ResNetV2": resnet.bit_table}
+# Family (``keras_vit.models.family.Family``) with published weights -> its official key table.
+TABLES = {VIT: vit_table, HYBRID: hybrid_table, BIT: resnet.bit_table}
 
 
 def table_for(model):
     """The official key table of a keras_vit model."""
     check_expressible(model, "official")
-    return TABLES[family_of(model)](model)
+    return TABLES[model.config.family](model)
 
 
 def load(path, *, image_size=None, num_classes=None, drop_pre_logits=False, posemb_grid=None,

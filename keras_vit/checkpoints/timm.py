@@ -48,7 +48,7 @@ from keras_vit.layers.position import table_grid
 from keras_vit.layers.resnet import ROOT_WIDTH, plain_number
 from keras_vit.models.base import model_keywords
 from keras_vit.models.description import Head, Patches, ResNetConfig, Stages, Stem, ViTConfig
-from keras_vit.models.registry import build, family_of
+from keras_vit.models.registry import BIT, HYBRID, VIT, build
 
 EXTENSIONS = (".safetensors", ".pth", ".bin", ".pt")
 
@@ -176,15 +176,19 @@ def _linear(prefix, layer):
             f"{prefix}.bias": Entry(layer.bias)}
 
 
+def hybrid_table(model):
+    """timm key -> Entry for a hybrid: its ResNet stem's (``patch_embed.backbone``), then the
+    ViT's."""
+    stem = resnet.hybrid_stem_table(model.get_layer("resnet"))
+    return {**{f"patch_embed.backbone.{_timm_resnet_key(k)}": _torch_entry(k, e)
+               for k, e in stem.items()}, **vit_table(model)}
+
+
 def vit_table(model):
-    """timm key -> Entry for a ``ViTImageClassifier`` or ``ViTBackbone`` (plain or hybrid; a
-    backbone has no ``head`` keys: timm's ``num_classes=0``)."""
+    """timm key -> Entry for a ``ViTImageClassifier`` or ``ViTBackbone`` (a hybrid's stem is
+    ``hybrid_table``'s; a backbone has no ``head`` keys: timm's ``num_classes=0``)."""
     check_expressible(model, "timm")
     config, table = model.config, {}
-    if config.stem is not None:
-        stem = resnet.hybrid_stem_table(model.get_layer("resnet"))
-        table.update({f"patch_embed.backbone.{_timm_resnet_key(k)}": _torch_entry(k, e)
-                      for k, e in stem.items()})
     embedding = model.get_layer("embedding").conv
     table["patch_embed.proj.weight"] = torch_conv_kernel(embedding.kernel)
     table["patch_embed.proj.bias"] = Entry(embedding.bias)
@@ -255,13 +259,13 @@ def bit_table(model):
     return table
 
 
-# Family (``keras_vit.models.registry.family_of``) -> its timm key table.
-TABLES = {"ViT": vit_table, "hybrid ResNet+ViT": vit_table, "BiT ResNetV2": bit_table}
+# Family (``keras_vit.models.family.Family``) with published weights -> its timm key table.
+TABLES = {VIT: vit_table, HYBRID: hybrid_table, BIT: bit_table}
 
 
 def table_for(model):
     check_expressible(model, "timm")
-    return TABLES[family_of(model)](model)
+    return TABLES[model.config.family](model)
 
 
 # ----------------------------------------------------------------------------- inference

@@ -30,7 +30,8 @@ from keras_vit.costs.architecture import (
 )
 from keras_vit.costs.table_6 import JFT_CLASSES, JFT_IMAGES, PRETRAINING_IMAGE_SIZE
 from keras_vit.layers.resnet import EXPANSION, ROOT_KERNEL, root_width
-from keras_vit.models.description import Description, ResNetConfig, ViTConfig
+from keras_vit.models.description import Description
+from keras_vit.models.registry import AXIAL_RESNET, AXIAL_VIT, BIT, HYBRID, VIT
 
 FLOPS_PER_MULTIPLY_ADD = 2
 # A training step's products: the forward pass, and a backward pass that multiplies twice as
@@ -78,11 +79,12 @@ def _axial_pair(side_in, side_out, features):
                for length in side_in)
 
 
-def _resnet(side, channels, stages, width_factor, middle=_conv3x3):
-    """FLOPs of a BiT/hybrid ResNet (root 7x7/2, max-pool /2, bottleneck stages) and its output.
+def _resnet(side, channels, stages, width_factor, middle):
+    """FLOPs of a BiT/hybrid/axial ResNet (root 7x7/2, max-pool /2, bottleneck stages) and its
+    output.
 
-    Both styles have the same convolutions: conv1 1x1, conv2 3x3 carrying the stride (``middle``
-    counts what replaces it: ``_axial_pair`` for the AxialResNet), conv3 1x1 to
+    Every kind has the same convolutions: conv1 1x1, conv2 3x3 carrying the stride (``middle``,
+    the kind's ``MIDDLES`` entry, counts it or what replaces it), conv3 1x1 to
     ``EXPANSION`` x the width, and a strided 1x1 projection in each stage's first unit.
     """
     width = root_width(width_factor)
@@ -103,12 +105,23 @@ def _dense(width_in, width_out, rows=1):
 
 
 def _vit_flops(config, height, width):
-    parts = {"stem": 0}
-    side, channels = (height, width), config.patches.num_channels
-    if config.stem is not None:
-        root, stages, side, channels = _resnet(side, channels, config.stem.num_layers,
-                                               config.stem.width_factor)
-        parts["stem"] = root + stages
+    """A ViT or Axial-ViT: patches of the image, no stem."""
+    return _transformer_flops(config, (height, width), config.patches.num_channels, 0)
+
+
+def _hybrid_flops(config, height, width):
+    """A hybrid: its ResNet stem, then the ViT on the stem's feature map."""
+    stem = config.stem
+    root, stages, side, channels = _resnet((height, width), config.patches.num_channels,
+                                           stem.num_layers, stem.width_factor,
+                                           MIDDLES[config.family.stem])
+    return _transformer_flops(config, side, channels, root + stages)
+
+
+def _transformer_flops(config, side, channels, stem):
+    """A ViT's parts from the patch embedding of a (``side``, ``channels``) input on, after a
+    stem of ``stem`` FLOPs."""
+    parts = {"stem": stem}
     encoder, patch = config.encoder, config.patches.patch_size
     grid = (side[0] // patch, side[1] // patch)
     dim, layers = encoder.hidden_size, encoder.num_layers
@@ -143,19 +156,25 @@ def _head(width_in, representation_size, num_classes):
     return head
 
 
+# Kind of ResNet (a family's stem, ``keras_vit.models.family.STEMS``) -> what its units have
+# in place of a 3x3 convolution.
+MIDDLES = {"bit": _conv3x3, "hybrid": _conv3x3, "axial": _axial_pair}
+
+
 def _resnet_flops(description, height, width):
-    middle = _axial_pair if description.is_axial else _conv3x3
     stages = description.stages
     root, total, _, channels = _resnet((height, width), description.num_channels,
-                                       stages.block_units, stages.width_factor, middle)
+                                       stages.block_units, stages.width_factor,
+                                       MIDDLES[description.family.stem])
     head = description.head
     return {"stem": root, "stages": total,
             "head": 0 if head is None else _head(channels, head.representation_size,
                                                  head.num_classes)}
 
 
-# Description class -> its count.
-COUNTS = {ViTConfig: _vit_flops, ResNetConfig: _resnet_flops}
+# Family (``keras_vit.models.family.Family``) -> its count.
+COUNTS = {VIT: _vit_flops, HYBRID: _hybrid_flops, BIT: _resnet_flops, AXIAL_VIT: _vit_flops,
+          AXIAL_RESNET: _resnet_flops}
 
 
 def flops(model, image_size=None, **overrides):
@@ -197,7 +216,7 @@ def flops(model, image_size=None, **overrides):
             raise
         raise TypeError(f"{error} Count other models with XLA's cost analysis "
                         "(jax.jit(f).lower(x).compile().cost_analysis()).") from error
-    return FlopCount(COUNTS[type(description)](description, height, width))
+    return FlopCount(COUNTS[description.family](description, height, width))
 
 
 def pretraining_flops(model, epochs, *, images=JFT_IMAGES, image_size=PRETRAINING_IMAGE_SIZE,

@@ -67,8 +67,15 @@ from keras_vit.costs.architecture import (
 )
 from keras_vit.costs.parameters import count_parameters
 from keras_vit.layers.resnet import EXPANSION, root_width
-from keras_vit.models.description import Description, ResNetConfig, ViTConfig
-from keras_vit.models.registry import MODEL_CLASSES, family_of
+from keras_vit.models.description import Description
+from keras_vit.models.registry import (
+    AXIAL_RESNET,
+    AXIAL_VIT,
+    BIT,
+    HYBRID,
+    MODEL_CLASSES,
+    VIT,
+)
 
 GIB = 2**30
 FLOAT32_BYTES = 4  # images, labels and the attention matrices (softmax runs in float32)
@@ -141,67 +148,127 @@ class _Tally:
                                     SOFTMAX_PEAK * max(matrices, default=0))
 
 
-def _root(tally, side, channels, width, style):
-    """A ResNet's root: BiT keeps the convolution's output and its padded copy, which the
-    max-pool reads; a hybrid (or axial) root its GroupNorm and ReLU, then the pooled map."""
-    area_half = ceil_half(side[0]) * ceil_half(side[1])
+def _area_half(side):
+    return ceil_half(side[0]) * ceil_half(side[1])
+
+
+def _root_forward(side, channels, width):
+    """The root's forward peak: the image and the convolution's output with its next copy."""
+    return side[0] * side[1] * channels + 2 * width * _area_half(side)
+
+
+def _bit_root(tally, side, channels, width):
+    """BiT's root keeps the convolution's output and its padded copy, which the max-pool
+    reads."""
+    tally.add(2 * width * _area_half(side), _root_forward(side, channels, width))
+
+
+def _post_activation_root(tally, side, channels, width):
+    """A post-activation root (hybrid, axial) keeps its GroupNorm and ReLU, then the pooled
+    map."""
     quarter = root_output(side)
-    forward = side[0] * side[1] * channels + 2 * width * area_half
-    if style == "bit":
-        tally.add(2 * width * area_half, forward)
-    else:
-        tally.add(GROUP_NORM_KEPT * width * area_half + width * quarter[0] * quarter[1], forward)
+    tally.add(GROUP_NORM_KEPT * width * _area_half(side) + width * quarter[0] * quarter[1],
+              _root_forward(side, channels, width))
 
 
-def _unit(tally, style, heads, side_in, out, channels, features, stride):
-    """One bottleneck unit of a BiT (pre-activation: three GroupNorms and ReLUs), hybrid
-    (post-activation) or AxialResNet (the hybrid's, its 3x3 convolution a column and a row
-    attention of ``heads`` heads) ResNet."""
-    area_in, area_out = side_in[0] * side_in[1], out[0] * out[1]
-    width_out = EXPANSION * features
-    projection = channels != width_out or stride != 1
-    forward = channels * area_in + width_out * area_out + 2 * features * area_in
-    matrices, copies = (), SOFTMAX_KEPT
-    if style == "bit":
-        kept = GROUP_NORM_KEPT * (channels * area_in + features * area_in + features * area_out)
-    else:
-        unkept = NORM_WITHOUT_RELU_KEPT * (1 + projection) + UNIT_OUTPUT_KEPT  # gn3, gn_proj
-        kept = GROUP_NORM_KEPT * features * area_in + unkept * width_out * area_out
-        if style == "axial":  # two attentions, the pooled map (strided) and its ReLU
-            kept += 2 * AXIAL_ATTENTION_KEPT * features * area_in
-            kept += (1 + (stride != 1)) * features * area_out
-            forward += 3 * features * area_in
-            matrices = tuple(heads * area_in * length for length in side_in)
-            head = features // heads
-            copies += 2 * head if head <= NARROW_HEAD else RELATIVE_MATRICES_OF_WIDE_HEADS
-        else:
-            kept += GROUP_NORM_KEPT * features * area_out
+def _bit_end(tally, out, channels):
+    """BiT's norm-pre-head and its ReLU."""
+    area = out[0] * out[1]
+    tally.add(GROUP_NORM_KEPT * channels * area, 2 * channels * area)
+
+
+def _no_end(tally, out, channels):
+    """A post-activation ResNet's last unit normalised its output already."""
+
+
+def _bit_unit(unit, heads):
+    """BiT's unit (pre-activation): three GroupNorms and ReLUs; (kept, matrices, copies)."""
+    kept = GROUP_NORM_KEPT * ((unit.channels + unit.features) * unit.area_in
+                              + unit.features * unit.area_out)
+    return kept, 0, (), SOFTMAX_KEPT
+
+
+def _post_activation(unit):
+    """What a post-activation unit keeps besides its 3x3 convolution's place: gn1, gn3, gn_proj
+    and the output after the residual ReLU."""
+    unkept = NORM_WITHOUT_RELU_KEPT * (1 + unit.projection) + UNIT_OUTPUT_KEPT
+    return GROUP_NORM_KEPT * unit.features * unit.area_in + unkept * unit.width_out * unit.area_out
+
+
+def _hybrid_unit(unit, heads):
+    """A hybrid's unit (post-activation), its 3x3 convolution's GroupNorm and ReLU."""
+    kept = _post_activation(unit) + GROUP_NORM_KEPT * unit.features * unit.area_out
+    return kept, 0, (), SOFTMAX_KEPT
+
+
+def _axial_unit(unit, heads):
+    """An AxialResNet's unit: the hybrid's, its 3x3 convolution a column and a row attention of
+    ``heads`` heads, the pooled map (strided) and its ReLU."""
+    features, area_in = unit.features, unit.area_in
+    kept = _post_activation(unit) + 2 * AXIAL_ATTENTION_KEPT * features * area_in
+    kept += (1 + (unit.stride != 1)) * features * unit.area_out
+    matrices = tuple(heads * area_in * length for length in unit.side_in)
+    head = features // heads
+    copies = SOFTMAX_KEPT + (2 * head if head <= NARROW_HEAD else RELATIVE_MATRICES_OF_WIDE_HEADS)
+    return kept, 3 * features * area_in, matrices, copies
+
+
+# Kind of ResNet (a family's stem, ``keras_vit.models.family.STEMS``) -> (its root's tally;
+# what its unit keeps: (kept, more at the forward peak, attention matrices, copies of each
+# kept); what it adds after its last unit).
+UNITS = {"bit": (_bit_root, _bit_unit, _bit_end),
+         "hybrid": (_post_activation_root, _hybrid_unit, _no_end),
+         "axial": (_post_activation_root, _axial_unit, _no_end)}
+
+
+class _Unit:
+    """One bottleneck unit's sides, widths and areas."""
+
+    def __init__(self, side_in, out, channels, features, stride):
+        self.side_in, self.channels, self.features = side_in, channels, features
+        self.stride = stride
+        self.area_in, self.area_out = side_in[0] * side_in[1], out[0] * out[1]
+        self.width_out = EXPANSION * features
+        self.projection = channels != self.width_out or stride != 1
+
+
+def _unit(tally, kind, heads, unit):
+    """One bottleneck unit of a ResNet of ``kind`` (``UNITS``)."""
+    kept, more, matrices, copies = UNITS[kind][1](unit, heads)
+    forward = (unit.channels * unit.area_in + unit.width_out * unit.area_out
+               + 2 * unit.features * unit.area_in + more)
     tally.add(kept, forward, matrices, copies)
 
 
-def _resnet_tally(tally, side, channels, stages, width_factor, style, heads=None):
-    """Add a BiT (``style="bit"``), hybrid (``"hybrid"``) or AxialResNet (``"axial"``) to
-    ``tally``; return its output side and channels."""
+def _resnet_tally(tally, side, channels, stages, width_factor, kind, heads=None):
+    """Add a ResNet of ``kind`` (``UNITS``) to ``tally``; return its output side and channels."""
+    root, _, end = UNITS[kind]
     width = root_width(width_factor)
-    _root(tally, side, channels, width, style)
+    root(tally, side, channels, width)
     out, channels = root_output(side), width
     for side_in, out, channels, features, stride in resnet_units(side, stages, width_factor):
-        _unit(tally, style, heads, side_in, out, channels, features, stride)
+        _unit(tally, kind, heads, _Unit(side_in, out, channels, features, stride))
         channels = EXPANSION * features
-    if style == "bit":  # norm-pre-head and its ReLU
-        area = out[0] * out[1]
-        tally.add(GROUP_NORM_KEPT * channels * area, 2 * channels * area)
+    end(tally, out, channels)
     return out, channels
 
 
 def _vit_tally(config, height, width):
-    """(tally, blocks, what a block keeps, its input), per example, of a ViT, hybrid or
-    Axial-ViT (a row and a column block per layer, on the grid with its class row)."""
-    tally = _Tally()
-    side, channels = (height, width), config.patches.num_channels
-    if config.stem is not None:
-        side, channels = _resnet_tally(tally, side, channels, config.stem.num_layers,
-                                       config.stem.width_factor, "hybrid")
+    """(tally, blocks, what a block keeps, its input), per example, of a ViT or Axial-ViT."""
+    return _transformer_tally(_Tally(), config, (height, width), config.patches.num_channels)
+
+
+def _hybrid_tally(config, height, width):
+    """As ``_vit_tally``, of a hybrid: its ResNet stem, then the ViT on its feature map."""
+    tally, stem = _Tally(), config.stem
+    side, channels = _resnet_tally(tally, (height, width), config.patches.num_channels,
+                                   stem.num_layers, stem.width_factor, config.family.stem)
+    return _transformer_tally(tally, config, side, channels)
+
+
+def _transformer_tally(tally, config, side, channels):
+    """Add a ViT on a (``side``, ``channels``) input to ``tally`` (an Axial-ViT has a row and a
+    column block per layer, on the grid with its class row); ``_vit_tally``'s answer."""
     encoder, patch = config.encoder, config.patches.patch_size
     tokens, spans = token_spans(config, (side[0] // patch, side[1] // patch))
     dim, mlp = encoder.hidden_size, encoder.mlp_dim
@@ -241,23 +308,34 @@ def _resnet_model_tally(config, height, width):
     no Transformer block."""
     tally, stages = _Tally(), config.stages
     _resnet_tally(tally, (height, width), config.num_channels, stages.block_units,
-                  stages.width_factor, "axial" if config.is_axial else "bit",
-                  config.axial.num_heads if config.is_axial else None)
+                  stages.width_factor, config.family.stem,
+                  getattr(config.axial, "num_heads", None))
     return tally, 0, 0, 0
 
 
-# Description class -> (its tally, its (remat, dropout rate)).
+def _encoder_settings(config):
+    return config.encoder.remat, config.encoder.dropout_rate
+
+
+def _no_encoder(config):
+    return False, 0.0
+
+
+# Family (``keras_vit.models.family.Family``) -> (its tally, its (remat, dropout rate)).
 TALLIES = {
-    ViTConfig: (_vit_tally, lambda config: (config.encoder.remat, config.encoder.dropout_rate)),
-    ResNetConfig: (_resnet_model_tally, lambda config: (False, 0.0)),
+    VIT: (_vit_tally, _encoder_settings),
+    HYBRID: (_hybrid_tally, _encoder_settings),
+    BIT: (_resnet_model_tally, _no_encoder),
+    AXIAL_VIT: (_vit_tally, _encoder_settings),
+    AXIAL_RESNET: (_resnet_model_tally, _no_encoder),
 }
 
 
 def _activations(description, height, width, training, remat):
     """(activation elements, attention float32 elements) per example at the step's peak."""
-    tally, blocks, block, block_input = TALLIES[type(description)][0](description, height, width)
+    tally, blocks, block, block_input = TALLIES[description.family][0](description, height, width)
     if remat and not blocks:
-        family = family_of(description)
+        family = description.family.name
         raise ValueError(f"remat=True rematerialises Transformer blocks; "
                          f"{'an' if family[0] in 'AEIOU' else 'a'} {family} has none. Use "
                          "remat=False.")
@@ -274,7 +352,7 @@ def _settings(description):
     """(remat, dropout rate, classes, channels) of a description."""
     head = description.head
     classes = 0 if head is None or head.num_classes is None else head.num_classes
-    return (*TALLIES[type(description)][1](description), classes, description.num_channels)
+    return (*TALLIES[description.family][1](description), classes, description.num_channels)
 
 
 def memory(model, image_size=None, batch_size=1, *, training=True, dtype=None, remat=None,

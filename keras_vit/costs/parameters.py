@@ -15,7 +15,8 @@ import keras
 
 from keras_vit.costs.architecture import AXIAL_PROJECTION_WIDTH, resnet_units, token_spans
 from keras_vit.layers.resnet import EXPANSION, ROOT_KERNEL, root_width
-from keras_vit.models.description import ResNetConfig, ViTConfig
+from keras_vit.models.description import Description
+from keras_vit.models.registry import AXIAL_RESNET, AXIAL_VIT, BIT, HYBRID, VIT
 
 NORM_WEIGHTS = 2  # a LayerNorm or GroupNorm: a scale and a bias per channel
 
@@ -41,32 +42,50 @@ def _axial_attention(features, heads, length):
     return _conv(1, features, projected) + table + _norm(projected) + _norm(features)
 
 
-def _unit(style, side_in, channels, features, stride, heads):
-    """A bottleneck unit of a BiT (``"bit"``, pre-activation: gn1 reads the unit's input),
-    hybrid (``"hybrid"``, post-activation) or AxialResNet (``"axial"``: two attentions instead
-    of conv2 and gn2) ResNet; a projection shortcut where the shape changes."""
+def _bit_middle(side_in, channels, features, out, heads):
+    """BiT's (pre-activation: gn1 reads the unit's input): conv2, gn1, gn2, gn3."""
+    return _conv(3, features, features) + _norm(channels) + 2 * _norm(features)
+
+
+def _hybrid_middle(side_in, channels, features, out, heads):
+    """A hybrid's (post-activation): conv2, gn1, gn2, gn3 (on the unit's output)."""
+    return _conv(3, features, features) + 2 * _norm(features) + _norm(out)
+
+
+def _axial_middle(side_in, channels, features, out, heads):
+    """An AxialResNet's: two attentions instead of conv2 and gn2; gn1, gn3."""
+    return _norm(features) + _norm(out) + sum(
+        _axial_attention(features, heads, length) for length in side_in)
+
+
+# Kind of ResNet (a family's stem, ``keras_vit.models.family.STEMS``) -> (the weights of its
+# unit besides conv1, conv3 and the shortcut; its GroupNorms after the root and after each
+# projection; its GroupNorms before the head). Post-activation units (hybrid, axial) normalise
+# what they compute; BiT's pre-activation units leave one norm for the end.
+UNITS = {"bit": (_bit_middle, 0, 1), "hybrid": (_hybrid_middle, 1, 0),
+         "axial": (_axial_middle, 1, 0)}
+
+
+def _unit(kind, side_in, channels, features, stride, heads):
+    """A bottleneck unit of a ResNet of ``kind`` (``UNITS``); a projection shortcut where the
+    shape changes."""
+    middle, norms, _ = UNITS[kind]
     out = EXPANSION * features
     count = _conv(1, channels, features) + _conv(1, features, out)  # conv1, conv3
-    if style == "axial":
-        count += _norm(features) + _norm(out) + sum(
-            _axial_attention(features, heads, length) for length in side_in)
-    elif style == "bit":
-        count += _conv(3, features, features) + _norm(channels) + 2 * _norm(features)
-    else:
-        count += _conv(3, features, features) + 2 * _norm(features) + _norm(out)
+    count += middle(side_in, channels, features, out, heads)
     if channels != out or stride != 1:
-        count += _conv(1, channels, out) + (0 if style == "bit" else _norm(out))
+        count += _conv(1, channels, out) + norms * _norm(out)
     return count
 
 
-def _resnet(channels, side, stages, width_factor, style, heads=None):
-    """Weights and output channels of a BiT, hybrid or AxialResNet (``style`` as ``_unit``) on
-    images of ``side``; the hybrid and axial roots have a GroupNorm, BiT's none."""
+def _resnet(channels, side, stages, width_factor, kind, heads=None):
+    """Weights and output channels of a ResNet of ``kind`` (``UNITS``) on images of ``side``;
+    a post-activation root has a GroupNorm, BiT's none."""
     width = root_width(width_factor)
-    count = _conv(ROOT_KERNEL, channels, width) + (0 if style == "bit" else _norm(width))
+    count = _conv(ROOT_KERNEL, channels, width) + UNITS[kind][1] * _norm(width)
     out_channels = width
     for side_in, _, channels, features, stride in resnet_units(side, stages, width_factor):
-        count += _unit(style, side_in, channels, features, stride, heads)
+        count += _unit(kind, side_in, channels, features, stride, heads)
         out_channels = EXPANSION * features
     return count, out_channels
 
@@ -103,25 +122,34 @@ def _encoder_block(dim, mlp):
 
 def _resnet_model(description, height, width):
     """BiT (a final GroupNorm before the head) or AxialResNet (none)."""
-    axial, stages, head = description.is_axial, description.stages, description.head
+    stages, head, kind = description.stages, description.head, description.family.stem
     count, channels = _resnet(description.num_channels, (height, width), stages.block_units,
-                              stages.width_factor, "axial" if axial else "bit",
-                              description.axial.num_heads if axial else None)
-    return count + (0 if axial else _norm(channels)) + (
+                              stages.width_factor, kind,
+                              getattr(description.axial, "num_heads", None))
+    return count + UNITS[kind][2] * _norm(channels) + (
         0 if head is None else _head(channels, head.representation_size, head.num_classes))
 
 
 def _vit_model(config, height, width):
-    """A ViT, hybrid or Axial-ViT."""
-    count, channels = 0, config.patches.num_channels
-    if config.stem is not None:
-        count, channels = _resnet(channels, (height, width), config.stem.num_layers,
-                                  config.stem.width_factor, "hybrid")
+    """A ViT or Axial-ViT: patches of the image."""
+    return _transformer(config, height, width, config.patches.num_channels)
+
+
+def _hybrid_model(config, height, width):
+    """A hybrid: its ResNet stem, then the ViT on the stem's feature map."""
+    stem = config.stem
+    count, channels = _resnet(config.patches.num_channels, (height, width), stem.num_layers,
+                              stem.width_factor, config.family.stem)
+    return count + _transformer(config, height, width, channels)
+
+
+def _transformer(config, height, width, channels):
+    """A ViT's weights from the patch embedding of a ``channels``-deep input on."""
     encoder, patch = config.encoder, config.patches.patch_size
     dim = encoder.hidden_size
     grid = (height // config.stride, width // config.stride)
     _, spans = token_spans(config, grid)
-    count += _conv(patch, channels, dim) + dim  # the patch embedding has a bias
+    count = _conv(patch, channels, dim) + dim  # the patch embedding has a bias
     count += (encoder.classifier == "token") * dim + _position(config, grid, spans)
     head = config.head
     count += _norm(dim) + (0 if head is None else _head(dim, head.representation_size,
@@ -129,8 +157,9 @@ def _vit_model(config, height, width):
     return count + encoder.num_layers * len(spans) * _encoder_block(dim, encoder.mlp_dim)
 
 
-# Description class -> its count.
-COUNTS = {ViTConfig: _vit_model, ResNetConfig: _resnet_model}
+# Family (``keras_vit.models.family.Family``) -> its count.
+COUNTS = {VIT: _vit_model, HYBRID: _hybrid_model, BIT: _resnet_model, AXIAL_VIT: _vit_model,
+          AXIAL_RESNET: _resnet_model}
 
 
 def count_parameters(model, height, width):
@@ -139,7 +168,7 @@ def count_parameters(model, height, width):
     unless its grid is fixed)."""
     if isinstance(model, keras.Model):
         return model.count_params()
-    if type(model) not in COUNTS:
+    if not isinstance(model, Description):
         raise TypeError(f"count_parameters counts a built model or a description (ViTConfig, "
                         f"ResNetConfig), got {type(model).__name__}.")
-    return COUNTS[type(model)](model, height, width)
+    return COUNTS[model.family](model, height, width)

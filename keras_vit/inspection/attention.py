@@ -21,15 +21,14 @@ import numpy as np
 
 from keras_vit.checks import pair, positive_int
 from keras_vit.models.description import ViTConfig
-from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
+from keras_vit.models.vit import ViTBackbone
 
 
 def backbone_of(model):
     """The ``ViTBackbone`` of a ``ViTImageClassifier``, or the backbone itself."""
-    if isinstance(model, ViTImageClassifier):
-        return model.backbone
-    if isinstance(model, ViTBackbone):
-        return model
+    backbone = getattr(model, "backbone", model)
+    if isinstance(backbone, ViTBackbone):  # attention_model() is the ViT backbone's own
+        return backbone
     raise TypeError(
         f"Expected a keras_vit ViTImageClassifier or ViTBackbone (plain or hybrid), got "
         f"{type(model).__name__}. Build the model with keras_vit.ViTImageClassifier, "
@@ -43,11 +42,9 @@ def _config_of(model):
 
 
 def _full_attention(config, what):
-    if config.encoder.axial:
-        raise ValueError(
-            f"{what} reads attention over all tokens; an Axial-ViT attends within rows and "
-            "within columns. attention_weights(model, images) gives its row and column maps."
-        )
+    config.family.check("token_attention", what,
+                        "attention_weights(model, images) gives the maps it has (an Axial-ViT's "
+                        "row and column maps).")
 
 
 def _check_images(backbone, images):

@@ -24,8 +24,7 @@ from keras_vit.inspection.attention import (
     attention_rollout,
     backbone_of,
 )
-from keras_vit.inspection.gradients import _check_model, logits, relevancy
-from keras_vit.models.vit import ViTImageClassifier
+from keras_vit.inspection.gradients import _check_family, logits, relevancy
 
 EXPLANATIONS = ("attention", "rollout", "relevancy", "random")
 FRACTIONS = tuple(np.round(np.linspace(0.0, 1.0, 11), 2).tolist())
@@ -152,8 +151,7 @@ def perturbation_curves(model, images, labels, explanations=EXPLANATIONS, fracti
     >>> sorted(curves.auc("positive")), curves.positive["random"].shape
     (['attention', 'random', 'relevancy', 'rollout'], (3,))
     """
-    if not isinstance(model, ViTImageClassifier):
-        _check_model(model, "perturbation_curves")  # raises, naming the fix
+    _check_family(model, "perturbation_curves")
     backbone = model.backbone
     images, _ = _check_images(backbone, images)
     labels = np.asarray(labels)

@@ -26,7 +26,7 @@ from keras_vit import distribution
 from keras_vit.checks import positive_int
 from keras_vit.inspection.attention import _check_images, _output_row, backbone_of
 from keras_vit.layers.tree import quantization_modes
-from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
+from keras_vit.models.family import family_of_model
 
 
 def gradient(function, arrays):
@@ -71,22 +71,7 @@ def gradient(function, arrays):
 
 def _check_model(model, what="relevancy"):
     """The classifier, refused with the fix when relevancy is not defined or not exact for it."""
-    if isinstance(model, ViTBackbone):
-        raise ValueError(
-            f"{what} needs class logits, and a ViTBackbone has no head. Pass the "
-            "ViTImageClassifier, or put a head on the backbone and train it first: "
-            "keras_vit.ViTImageClassifier(backbone, num_classes=K).")
-    if not isinstance(model, ViTImageClassifier):
-        raise TypeError(
-            f"{what} explains a Vision Transformer through its attention; "
-            f"{type(model).__name__} is not a keras_vit ViTImageClassifier (a BiT ResNet or "
-            "AxialResNet has no token attention). Use a ViT or a hybrid (ResNet stem "
-            "and ViT) built with keras_vit.ViTImageClassifier or keras_vit.create_model.")
-    if model.config.encoder.axial:
-        raise ValueError(
-            f"{what} follows one token-to-token attention per block (R <- R + Abar R), and an "
-            "Axial-ViT attends within rows and within columns instead. Read its row and column "
-            "maps with keras_vit.inspection.attention_weights(model, images), or explain a ViT.")
+    _check_family(model, what)
     quantized = quantization_modes(model)
     if quantized:
         raise ValueError(
@@ -95,6 +80,25 @@ def _check_model(model, what="relevancy"):
             "would weight the attention by the wrong gradients. Explain the float model (build "
             "or load it again, without model.quantize()).")
     return model
+
+
+def _check_family(model, what):
+    """Refuse a model without token-to-token attention (R <- R + Abar R follows one per block)
+    or without class logits."""
+    family = family_of_model(model)
+    if family is None:
+        raise TypeError(
+            f"{what} explains a Vision Transformer through its attention; "
+            f"{type(model).__name__} is not a keras_vit model. Use a ViT or a hybrid (ResNet "
+            "stem and ViT) built with keras_vit.ViTImageClassifier or keras_vit.create_model.")
+    family.check("token_attention", what,
+                 "Read the maps it has with keras_vit.inspection.attention_weights(model, "
+                 "images) (an Axial-ViT's rows and columns), or explain a ViT or a hybrid.")
+    if model.config.head is None:
+        raise ValueError(
+            f"{what} needs class logits, and a ViTBackbone has no head. Pass the "
+            "ViTImageClassifier, or put a head on the backbone and train it first: "
+            "keras_vit.ViTImageClassifier(backbone, num_classes=K).")
 
 
 def attention_gradients(model, images, class_index):

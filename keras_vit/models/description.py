@@ -35,6 +35,7 @@ from typing import ClassVar
 
 import keras
 
+from keras_vit import _hooks
 from keras_vit.checks import check_multiple, pair, positive_int
 from keras_vit.layers.encoder import EncoderConfig, Settings
 from keras_vit.layers.resnet import check_units, hybrid_stride, plain_number, root_width
@@ -127,7 +128,8 @@ class Description(Settings):
     the section's prefix) and ``MODEL`` (the family in messages, "A ViT"); and these answers:
     ``image_size`` ((height, width), or None for any size), ``num_channels``, ``stride``
     (pixels per feature side), ``grid`` (the feature grid of ``image_size``), ``head`` (None
-    for a backbone), ``flash_capable`` and ``check_input``.
+    for a backbone), ``flash_capable``, ``check_input`` and ``family_name`` (the name of its
+    record, ``family``, which the rooms above ask instead of the description's class).
     """
 
     SECTIONS: ClassVar[dict] = {}
@@ -143,6 +145,12 @@ class Description(Settings):
             elif value is not None and not isinstance(value, section):
                 raise TypeError(f"{type(self).__name__}'s {name} must be a {section.__name__} "
                                 f"or a dict, got {value!r}.")
+
+    @property
+    def family(self):
+        """The family's record (``keras_vit.models.family.Family``): its names, classes, stem
+        and what it refuses; every question a room above asks of a family reads it."""
+        return _hooks.get(_hooks.FAMILIES)[self.family_name]
 
     @property
     def flash_capable(self):
@@ -311,6 +319,13 @@ class ViTConfig(Description):
         return self.encoder.axial
 
     @property
+    def family_name(self):
+        """A ViT's family: an Axial-ViT's encoder is axial, a hybrid's stem a ResNet."""
+        if self.encoder.axial:
+            return "Axial-ViT"
+        return "ViT" if self.stem is None else "hybrid ResNet+ViT"
+
+    @property
     def flash_capable(self):
         """A flash kernel takes no bias: not an Axial-ViT's row/column attention, not relative
         position logits."""
@@ -450,3 +465,8 @@ class ResNetConfig(Description):
     def is_axial(self):
         """Whether the 3x3 convolutions are axial attention (an AxialResNet)."""
         return self.axial is not None
+
+    @property
+    def family_name(self):
+        """A ResNet's family: an AxialResNet's 3x3 convolutions are axial attention."""
+        return "AxialResNet" if self.axial is not None else "BiT ResNetV2"

@@ -3,9 +3,10 @@ builds without weights).
 
 Names follow the paper (Table 1 and Sec. 4.1): ``"ViT-B/16"`` is the Base model with 16x16
 patches. Any size works with any patch size (``"ViT-Ti/4"`` for 28x28 images). Published file
-names with an underscore (``"ViT-B_16"``) are accepted too. One table, ``FAMILIES``, holds every
-family: its name pattern (parsed once, here), the function from the parsed name to the model's
-configuration, and the published names (``PUBLISHED``):
+names with an underscore (``"ViT-B_16"``) are accepted too. One tuple, ``FAMILIES``, holds every
+family's record (``keras_vit.models.family.Family``): its name pattern, the function from the
+parsed name to the model's description, the published names (``PUBLISHED``), its classes, its
+stem and what it refuses:
 
 - ``"BiT-R50x1"`` ... ``"BiT-R200x3"``: BiT ResNetV2 of depth 26/50/101/152/200 and width factor
   x1, x2... (paper Table 6; the published ``"BiT-M-R50x1"`` spelling works too).
@@ -23,10 +24,9 @@ Loading weights by name is ``keras_vit.create_model(name, weights=...)`` (``kera
 models import nothing from checkpoints.
 """
 
-import re
-
+from keras_vit import _hooks
 from keras_vit.layers.encoder import EncoderConfig
-from keras_vit.models.axial import AxialResNetImageClassifier
+from keras_vit.models.axial import AxialResNetBackbone, AxialResNetImageClassifier
 from keras_vit.models.description import (
     Axial,
     Patches,
@@ -36,8 +36,9 @@ from keras_vit.models.description import (
     ViTConfig,
     model_keywords,
 )
-from keras_vit.models.resnet_v2 import ResNetImageClassifier
-from keras_vit.models.vit import ViTImageClassifier
+from keras_vit.models.family import Family
+from keras_vit.models.resnet_v2 import ResNetBackbone, ResNetImageClassifier
+from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
 
 # Paper Table 1 (+ Ti and S from the DeiT/AugReg follow-ups that the official code ships).
 VIT_SIZES = {
@@ -66,7 +67,7 @@ HYBRIDS = {
 def _vit(size, patch, stem=None, dropout=None, axial=False):
     encoder = EncoderConfig(**VIT_SIZES[size], axial=axial,
                             dropout_rate=VIT_DROPOUT[size] if dropout is None else dropout)
-    return ViTImageClassifier, ViTConfig(Patches(int(patch)), encoder, stem=stem)
+    return ViTConfig(Patches(int(patch)), encoder, stem=stem)
 
 
 def _hybrid(resnet, size, total):
@@ -81,7 +82,7 @@ def _hybrid(resnet, size, total):
 
 
 def _bit(depth, width):
-    return ResNetImageClassifier, ResNetConfig(Stages(BIT_DEPTHS[int(depth)], int(width)))
+    return ResNetConfig(Stages(BIT_DEPTHS[int(depth)], int(width)))
 
 
 def _axial_vit(size, patch):
@@ -90,41 +91,59 @@ def _axial_vit(size, patch):
 
 def _axial_resnet(depth, width):
     stages = Stages(BIT_DEPTHS[int(depth)], int(width or 1))
-    return AxialResNetImageClassifier, ResNetConfig(stages, axial=Axial())
+    return ResNetConfig(stages, axial=Axial())
 
 
-# family -> (name pattern, configuration of the parsed groups, published names).
-FAMILIES = {
-    "ViT": (
-        r"ViT-(Ti|S|B|L|H)[/_](\d+)", _vit,
-        ["ViT-Ti/16", "ViT-S/16", "ViT-S/32", "ViT-B/8", "ViT-B/16", "ViT-B/32", "ViT-L/16",
-         "ViT-L/32", "ViT-H/14"],
-    ),
-    "hybrid ResNet+ViT": (
-        r"(R50|R26|R)(?:\+ViT-|_)(Ti|S|B|L|H)[/_](\d+)", _hybrid,
-        ["R50+ViT-B/16", "R50+ViT-B/32", "R50+ViT-L/16", "R50+ViT-L/32", "R26+ViT-S/32",
-         "R+ViT-Ti/16"],
-    ),
-    "BiT ResNetV2": (
-        r"BiT(?:-[MS])?-R(26|50|101|152|200)x([1-9]\d*)", _bit,
-        ["BiT-R50x1", "BiT-R50x2", "BiT-R50x3", "BiT-R101x1", "BiT-R101x3", "BiT-R152x1",
-         "BiT-R152x2", "BiT-R152x4", "BiT-R200x3"],
-    ),
-    "Axial-ViT": (r"Axial-ViT-(Ti|S|B|L|H)[/_](\d+)", _axial_vit,
-                  ["Axial-ViT-B/16", "Axial-ViT-B/32"]),
-    "AxialResNet": (r"AxialResNet(26|50|101|152|200)(?:x([1-9]\d*))?", _axial_resnet,
-                    ["AxialResNet50"]),
-}
-_EXAMPLES = {family: names[0] for family, (_, _, names) in FAMILIES.items()}
+# Why a family refuses what needs patch tokens or token-to-token attention (``Family``).
+_NO_TOKENS = ("{} has no patch tokens: its blocks are ResNet units over feature maps, with no "
+              "token attention")
+_AXIAL_ATTENTION = ("an Axial-ViT attends within rows and within columns instead of token to "
+                    "token")
+_VIT_CLASSES = dict(description=ViTConfig, backbone=ViTBackbone, classifier=ViTImageClassifier)
+
+
+def _resnet_refusals(model):
+    return dict.fromkeys(("token_attention", "masked_patches", "patch_resizing"),
+                         _NO_TOKENS.format(model))
+
+
+# Every family, one record each (``keras_vit.models.family.Family``); the rooms above key their
+# tables by these.
+VIT = Family(
+    "ViT", r"ViT-(Ti|S|B|L|H)[/_](\d+)", _vit,
+    ["ViT-Ti/16", "ViT-S/16", "ViT-S/32", "ViT-B/8", "ViT-B/16", "ViT-B/32", "ViT-L/16",
+     "ViT-L/32", "ViT-H/14"],
+    **_VIT_CLASSES, stem="patches", weights=True)
+HYBRID = Family(
+    "hybrid ResNet+ViT", r"(R50|R26|R)(?:\+ViT-|_)(Ti|S|B|L|H)[/_](\d+)", _hybrid,
+    ["R50+ViT-B/16", "R50+ViT-B/32", "R50+ViT-L/16", "R50+ViT-L/32", "R26+ViT-S/32",
+     "R+ViT-Ti/16"],
+    **_VIT_CLASSES, stem="hybrid", weights=True)
+BIT = Family(
+    "BiT ResNetV2", r"BiT(?:-[MS])?-R(26|50|101|152|200)x([1-9]\d*)", _bit,
+    ["BiT-R50x1", "BiT-R50x2", "BiT-R50x3", "BiT-R101x1", "BiT-R101x3", "BiT-R152x1",
+     "BiT-R152x2", "BiT-R152x4", "BiT-R200x3"],
+    description=ResNetConfig, backbone=ResNetBackbone, classifier=ResNetImageClassifier,
+    stem="bit", weights=True, **_resnet_refusals("a BiT ResNet"))
+AXIAL_VIT = Family(
+    "Axial-ViT", r"Axial-ViT-(Ti|S|B|L|H)[/_](\d+)", _axial_vit,
+    ["Axial-ViT-B/16", "Axial-ViT-B/32"],
+    **_VIT_CLASSES, stem="patches", weights=False, token_attention=_AXIAL_ATTENTION)
+AXIAL_RESNET = Family(
+    "AxialResNet", r"AxialResNet(26|50|101|152|200)(?:x([1-9]\d*))?", _axial_resnet,
+    ["AxialResNet50"],
+    description=ResNetConfig, backbone=AxialResNetBackbone,
+    classifier=AxialResNetImageClassifier, stem="axial", weights=False,
+    **_resnet_refusals("an AxialResNet"))
+FAMILIES = (VIT, HYBRID, BIT, AXIAL_VIT, AXIAL_RESNET)
+BY_NAME = {family.name: family for family in FAMILIES}
+_hooks.fill(_hooks.FAMILIES, BY_NAME)
 # Every family's classifier class and its backbone class.
-MODEL_CLASSES = tuple(cls for classifier in dict.fromkeys(
-    pattern(*re.fullmatch(regex, _EXAMPLES[family]).groups())[0]
-    for family, (regex, pattern, _) in FAMILIES.items())
-    for cls in (classifier, classifier.backbone_cls))
+MODEL_CLASSES = tuple(dict.fromkeys(
+    cls for family in FAMILIES for cls in (family.classifier, family.backbone)))
 # Families without published weights: create_model(..., weights=...) refuses them.
-UNPUBLISHED = ("Axial-ViT", "AxialResNet")
-_PATTERNS = {family: re.compile(pattern) for family, (pattern, _, _) in FAMILIES.items()}
-PUBLISHED = [name for _, _, names in FAMILIES.values() for name in names]
+UNPUBLISHED = tuple(family.name for family in FAMILIES if not family.weights)
+PUBLISHED = [name for family in FAMILIES for name in family.published]
 _HINTS = ["ViT-Ti/4 (any ViT size with any patch size)", "BiT-R26x1 (any depth 26/50/101/152/200, "
           "any width)"]
 
@@ -138,11 +157,10 @@ def parse(name):
     >>> family, cls.__name__, config.stem
     ('hybrid ResNet+ViT', 'ViTImageClassifier', Stem(num_layers=(2, 2, 2, 2), width_factor=1))
     """
-    for family, pattern in _PATTERNS.items():
-        match = pattern.fullmatch(str(name))
-        if match is not None:
-            model_class, config = FAMILIES[family][1](*match.groups())
-            return family, model_class, config
+    for family in FAMILIES:
+        config = family.parse(name)
+        if config is not None:
+            return family.name, family.classifier, config
     valid = "\n  ".join(model_names() + _HINTS)
     raise ValueError(f"Unknown model name {name!r}. Valid names:\n  {valid}")
 
@@ -159,25 +177,19 @@ def model_config(name):
 
 
 def family_of(model_or_config):
-    """The family name (a ``FAMILIES`` key) of a model or its description.
+    """The family name (a ``Family``'s ``name``) of a model or its description.
 
     Example:
     >>> family_of(model_config("AxialResNet50")), family_of(model_config("R50+ViT-B/16"))
     ('AxialResNet', 'hybrid ResNet+ViT')
     """
-    config = getattr(model_or_config, "config", model_or_config)
-    if isinstance(config, ResNetConfig):
-        return "AxialResNet" if config.is_axial else "BiT ResNetV2"
-    if config.is_axial:
-        return "Axial-ViT"
-    return "ViT" if config.stem is None else "hybrid ResNet+ViT"
+    return getattr(model_or_config, "config", model_or_config).family.name
 
 
 def model_class(config):
     """The class that builds a description: the family's classifier, or its backbone for a
     description without a head."""
-    classifier = parse(_EXAMPLES[family_of(config)])[1]
-    return classifier if config.head is not None else classifier.backbone_cls
+    return config.family.model_class(config)
 
 
 def model_names():

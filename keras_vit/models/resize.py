@@ -20,6 +20,7 @@ from keras_vit.layers.position import (
 )
 from keras_vit.layers.tree import sublayers
 from keras_vit.models.base import DescribedModel
+from keras_vit.models.family import family_of_model
 
 
 def _new_config(model, dtype, changes):
@@ -196,9 +197,12 @@ def resize_patch_size(model, patch_size):
     (4, (8, 8))
     """
     patch_size = positive_int("patch_size", patch_size)
-    if "patches" not in getattr(getattr(model, "config", None), "SECTIONS", {}):
-        raise TypeError("resize_patch_size takes a model with patches (a ViT, hybrid or "
-                        f"Axial-ViT: backbone or classifier), got {type(model).__name__}.")
+    takes = "resize_patch_size takes a model with patches (a ViT, hybrid or Axial-ViT: " \
+            f"backbone or classifier), got {type(model).__name__}."
+    family = family_of_model(model)
+    if family is None:
+        raise TypeError(takes)
+    family.check("patch_resizing", "resize_patch_size", takes)
     config = model.config
     if config.image_size is not None:
         stem = config.stride // config.patches.patch_size

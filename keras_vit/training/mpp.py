@@ -28,7 +28,7 @@ from keras import ops
 
 from keras_vit.layers.patching import patchify
 from keras_vit.models.base import float32_output_dtype
-from keras_vit.models.vit import ViTBackbone
+from keras_vit.models.family import family_of_model
 
 TARGETS = ("color_3bit", "color_3bit_4x4", "l2")
 COLOR_BITS = 3
@@ -73,11 +73,14 @@ def _check_arguments(encoder, target, corrupt_rate, mask_fraction, random_fracti
     """Refuses bad ``MaskedPatchPrediction`` arguments; returns (backbone, patch size, cells per
     side)."""
     backbone = getattr(encoder, "backbone", encoder)
-    if not isinstance(backbone, ViTBackbone):
+    family = family_of_model(backbone)
+    if family is None:
         raise TypeError(
             "MaskedPatchPrediction needs a keras_vit ViT (a ViTBackbone, or a "
             f"ViTImageClassifier, whose backbone it trains), got {type(encoder).__name__}."
         )
+    family.check("masked_patches", "MaskedPatchPrediction",
+                 "Pre-train a ViT, hybrid or Axial-ViT with it (paper Appendix B.1.2).")
     if target not in TARGETS:
         raise ValueError(f"Unknown target {target!r}; use one of {TARGETS}.")
     if not 0.0 < corrupt_rate <= 1.0:

@@ -12,10 +12,11 @@ from keras_vit.models import registry
 def test_every_listed_name_parses_to_its_family():
     names = keras_vit.model_names()
     assert names == registry.PUBLISHED and len(names) == len(set(names))
-    for family, (_, _, published) in registry.FAMILIES.items():
-        for name in published:
+    for family in registry.FAMILIES:
+        for name in family.published:
             found, model_class, config = registry.parse(name)
-            assert found == family == registry.family_of(config)
+            assert found == family.name == registry.family_of(config)
+            assert config.family is family and model_class is family.classifier
             assert registry.model_class(config) is model_class
             assert registry.model_class(config.backbone()) is model_class.backbone_cls
 
