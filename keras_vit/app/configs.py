@@ -24,14 +24,15 @@ import types
 import typing
 
 from keras_vit import distribution
+from keras_vit.checkpoints.convert import CONVERT_FORMATS
+from keras_vit.checkpoints.formats import FORMATS, NAMES
 from keras_vit.data.preprocessing import TRAIN_AUGMENTATIONS
 from keras_vit.models.lora import TARGETS as LORA_TARGETS
 from keras_vit.training.published import RECIPES, recipe
 from keras_vit.training.schedules import DECAYS
 
 # Help texts are argparse's: "%(default)s" is the flag's default, "%%" a percent sign.
-CHECKPOINT_HELP = ("a .keras model, an official .npz (or published name), a timm state dict "
-                   "(.safetensors/.pth/.bin) or a transformers folder")
+CHECKPOINT_HELP = "a .keras model, " + ", ".join(f.what for f in FORMATS)
 DATASET_HELP = "dataset name (default %(default)s); see keras_vit.data.DATASETS"
 CROP_HELP = "train crop (default %(default)s)"
 
@@ -315,17 +316,17 @@ class PretrainMppConfig(OutputOptions, PretrainingOptions, ModelOptions, DataOpt
 
 @dataclasses.dataclass(kw_only=True)
 class ConvertConfig(Config):
-    """between .keras, official .npz, timm, transformers, ONNX, SavedModel, TFLite"""
+    """between .keras, the checkpoint formats (official .npz, timm, transformers, keras-hub),
+    ONNX, SavedModel, TFLite"""
 
     command: typing.ClassVar[str] = "convert"
-    source: str = option(dataclasses.MISSING, ".keras, official .npz (or published name), timm "
-                         ".safetensors/.pth/.bin, or a transformers folder", positional=True)
+    source: str = option(dataclasses.MISSING, CHECKPOINT_HELP, positional=True)
     target: str = option(dataclasses.MISSING, ".keras, .npz, .safetensors/.pth/.bin (timm), "
                          ".onnx, .tflite, or a folder with --format", positional=True)
-    format: str | None = option(None, "target format: keras, official, timm, transformers, onnx, "
-                                "saved_model or tflite (default: from the name)")
-    source_format: str | None = option(None, "source format: keras, official, timm or "
-                                       "transformers (default: from the name)")
+    format: str | None = option(None, f"target format: {', '.join(CONVERT_FORMATS)} (default: "
+                                "from the name)")
+    source_format: str | None = option(None, f"source format: keras, {', '.join(NAMES)} "
+                                       "(default: from the name)")
     num_heads: int | None = option(None, "heads of a timm ViT whose width is not one of timm's "
                                    "named sizes")
     tanh_gelu: bool = option(False, "a timm source uses the tanh GELU (act_layer='gelu_tanh'); a "

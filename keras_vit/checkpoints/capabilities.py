@@ -1,5 +1,6 @@
-"""What each checkpoint format can hold, in one table, and the one check every reader and writer
-runs before it builds or writes a model.
+"""What a checkpoint format is (``Format``, one per format module) and can hold
+(``Capabilities``), and the one check every reader and writer runs before it builds or writes a
+model.
 
 A format holds a model only when it has a place for every part of it: the position embedding
 and where it is added (paper Appendix D.4), the pooling (class token or GAP), the pre-logits
@@ -8,8 +9,8 @@ GELU and the LayerNorm epsilon. Axial models (Appendix D.6) have no place in any
 """
 
 import dataclasses
+from collections.abc import Callable
 
-from keras_vit.layers.encoder import LAYER_NORM_EPSILON
 from keras_vit.layers.tree import quantization_modes, sublayers
 from keras_vit.models.family import family_of_model
 
@@ -23,21 +24,31 @@ class Capabilities:
     name: str
     stems: tuple  # the kinds of stem it holds (``keras_vit.models.family.STEMS``)
     classifiers: tuple = ("token", "gap")
-    pre_logits: bool = True  # whether a classifier's pre-logits layer has a place
+    pre_logits: str | None = None  # why a classifier's pre-logits layer has no place; None: it has
     pooler: bool = False  # whether a pre-logits layer without classes has a place
     exact_gelu_only: bool = False
     layer_norm_epsilon: float | None = None  # the one epsilon the format has, None: any
 
 
-FORMATS = {
-    "official": Capabilities("official .npz", ("patches", "hybrid", "bit")),
-    "timm": Capabilities("timm", ("patches", "hybrid", "bit"), pre_logits=False),
-    # ViTModel's pooler is a pre-logits layer without classes: a head of that layer alone
-    "transformers": Capabilities("transformers", ("patches",), classifiers=("token",),
-                                 pre_logits=False, pooler=True),
-    "keras_hub": Capabilities("keras-hub", ("patches",), exact_gelu_only=True,
-                              layer_norm_epsilon=LAYER_NORM_EPSILON),
-}
+@dataclasses.dataclass(frozen=True)
+class Format:
+    """A checkpoint format behind ``load_checkpoint`` and ``save_checkpoint``: one module each,
+    listed once in ``keras_vit.checkpoints.formats.FORMATS``.
+
+    ``name`` is what ``format=`` says; ``holds`` what it can hold (``check_expressible``);
+    ``suffixes`` the endings of its file names (none for a folder); ``claims(path)`` whether an
+    existing path is in this format, by its form; ``load(path, *, image_size, num_classes,
+    drop_pre_logits, **overrides)`` builds the model it describes and ``save(model, path)``
+    writes one, nothing when it cannot hold the model.
+    """
+
+    name: str
+    holds: Capabilities
+    suffixes: tuple
+    claims: Callable
+    load: Callable
+    save: Callable
+    what: str  # the paths it reads, for the messages that list every format
 
 
 def _family_with_layout(model, can):
@@ -54,18 +65,18 @@ def _family_with_layout(model, can):
     return family
 
 
-def check_expressible(model, format, strict=True):
-    """Raise a ``ValueError`` naming what of ``model`` the ``format`` cannot hold, and the fix.
+def check_expressible(model, can, strict=True):
+    """Raise a ``ValueError`` naming what of ``model`` a format that holds ``can`` (its
+    ``Capabilities``) cannot hold, and the fix.
 
     ``strict=False`` lets a tanh-GELU model go to a format with only the exact GELU.
     """
-    can = FORMATS[format]
     stem = _family_with_layout(model, can).stem
     check_float_weights(model, can.name)
     if stem not in can.stems:
         error, message = STEM_ERRORS[stem]
         raise error(message.format(name=can.name))
-    CHECKS[stem](model.config, format, strict)
+    CHECKS[stem](model.config, can, strict)
 
 
 def check_float_weights(model, name):
@@ -98,20 +109,21 @@ STEM_ERRORS = {
 }
 
 
-def check_position(model, format):
-    """Raise the error for a ViT whose position embedding ``format`` has no place for.
+def check_position(model, can):
+    """Raise the error for a ViT whose position embedding a format that holds ``can`` has no
+    place for.
 
     Readers call this alone on the model they built, as overrides may ask for another
     embedding than the file's; the rest of ``check_expressible`` is about writing.
     """
-    _check_position(model.config.encoder, format)
+    _check_position(model.config.encoder, can)
 
 
-def _check_position(encoder, format):
+def _check_position(encoder, can):
     options = (encoder.position_embedding, encoder.position_embedding_placement)
     if options != POSITION:
         raise ValueError(
-            f"The {FORMATS[format].name} format holds only a learned 1-D position embedding "
+            f"The {can.name} format holds only a learned 1-D position embedding "
             "added after the stem, but this model uses "
             f"position_embedding={options[0]!r} with placement {options[1]!r} (paper Appendix "
             "D.4). Save such a model with model.save('model.keras'), which keeps every "
@@ -119,9 +131,9 @@ def _check_position(encoder, format):
         )
 
 
-def _check_vit(config, format, strict):
-    encoder, can = config.encoder, FORMATS[format]
-    _check_position(encoder, format)
+def _check_vit(config, can, strict):
+    encoder = config.encoder
+    _check_position(encoder, can)
     if encoder.classifier not in can.classifiers:
         raise ValueError(f"The {can.name} ViT pools the class token; a classifier='gap' model "
                          "cannot be written for it (use the official or timm format).")
@@ -141,8 +153,8 @@ def _check_vit(config, format, strict):
         )
 
 
-def _check_bit(config, format, strict):
-    head, name = config.head, FORMATS[format].name
+def _check_bit(config, can, strict):
+    head, name = config.head, can.name
     if head is not None and head.representation_size is not None:
         raise ValueError(
             f"BiT's {name} layout has a head of one layer; this model's head has a "
@@ -155,17 +167,8 @@ def _check_bit(config, format, strict):
 CHECKS = {"patches": _check_vit, "hybrid": _check_vit, "bit": _check_bit}
 
 
-# Format name -> why it has no place for a classifier's pre-logits layer.
-_PRE_LOGITS_ERRORS = {
-    "timm": "The timm VisionTransformer has no pre-logits (representation) layer, so this "
-            "model (representation_size={size}) cannot be written for timm.",
-    "transformers": "The transformers ViTForImageClassification puts its classifier straight "
-                    "on the class token, with no pre-logits layer (representation_size={size}).",
-}
-
-
 def _check_pre_logits(head, can):
-    if head is None or head.representation_size is None or can.pre_logits:
+    if head is None or head.representation_size is None or can.pre_logits is None:
         return
     if head.num_classes is None:
         if can.pooler:
@@ -175,7 +178,7 @@ def _check_pre_logits(head, can):
             "format has no place for. Write its backbone (model.backbone), or save it in the "
             "official or transformers format.")
     raise ValueError(
-        _PRE_LOGITS_ERRORS[can.name].format(size=head.representation_size) + " Drop it first "
+        f"{can.pre_logits} (representation_size={head.representation_size}). Drop it first "
         "(load_checkpoint(..., drop_pre_logits=True), as fine-tuning does), write the "
         "backbone alone (model.backbone), or save in the official format, which keeps it."
     )

@@ -1,18 +1,20 @@
 """Convert a model between ``.keras``, the checkpoint formats and the export formats (what
 ``keras-vit convert`` runs).
 
-Sources: ``.keras``, official ``.npz`` (or a published name), timm ``.safetensors``/``.pth``/
-``.bin``, a transformers folder. Targets: those, plus ``.onnx``, a SavedModel folder and
-``.tflite``. The formats come from the paths unless named.
+Sources: ``.keras`` and every checkpoint format (``formats.FORMATS``: official ``.npz`` or a
+published name, timm ``.safetensors``/``.pth``/``.bin``, a transformers folder, a keras-hub
+preset folder). Targets: those, plus the export formats (``.onnx``, a SavedModel folder,
+``.tflite``). The formats come from the paths unless named.
 """
 
 import os
 
 import keras
 
-from keras_vit.checkpoints import export, formats, timm
+from keras_vit.checkpoints import export, formats
 
-CONVERT_FORMATS = ("keras", "official", "timm", "transformers", "onnx", "saved_model", "tflite")
+CONVERT_FORMATS = ("keras", *formats.NAMES, *export.FORMATS)
+_FOLDERS = tuple(f.name for f in formats.FORMATS if not f.suffixes) + ("saved_model",)
 
 
 def target_format(target, format=None):
@@ -23,11 +25,12 @@ def target_format(target, format=None):
         return "keras"
     if not os.path.splitext(target)[1] and "://" not in target:
         raise ValueError(
-            f"The target {target!r} is a folder name: say which with --format transformers or "
-            "--format saved_model."
+            f"The target {target!r} is a folder name: say which kind with --format, one of "
+            f"{', '.join(_FOLDERS)}."
         )
-    if target.endswith((".npz", *timm.EXTENSIONS)):
-        return formats.detect_format(target)
+    for found in formats.FORMATS:
+        if found.suffixes and target.endswith(found.suffixes):
+            return found.name
     return export.detect_format(target)
 
 

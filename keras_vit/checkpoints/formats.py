@@ -1,40 +1,45 @@
 """``load_checkpoint`` / ``save_checkpoint`` for every format keras_vit reads and writes.
 
+Each format is one module that ends with its ``FORMAT`` (``capabilities.Format``: its name, what
+it can hold, which paths are its own, its reader and writer), listed once in ``FORMATS``:
+
 - ``"official"``: the vit_jax / big_transfer ``.npz`` (``checkpoints/official.py``);
 - ``"timm"``: a timm state dict, ``.safetensors`` or ``.pth``/``.bin`` (``checkpoints/timm.py``);
 - ``"transformers"``: a Hugging Face ViT folder, ``config.json`` + weights
-  (``checkpoints/transformers.py``).
+  (``checkpoints/transformers.py``);
+- ``"keras_hub"``: a keras-hub preset folder, ``save_to_preset``'s (``checkpoints/keras_hub.py``).
 
-The format is taken from the path (a folder with ``config.json``, ``.npz``, a state dict
-extension, or a published official name) unless ``format=`` names it.
+The format is taken from the path (the first format in ``FORMATS`` that claims it) unless
+``format=`` names it. A new format is a module with its ``FORMAT`` and one line here.
 """
 
 import os
 
-from keras_vit.checkpoints import official, timm, transformers
+from keras_vit.checkpoints import keras_hub, official, timm, transformers
 
-FORMATS = ("official", "timm", "transformers")
+# The first that claims a path reads it: official last, as it takes any file name (a URL, a
+# published name) and explains a wrong one.
+FORMATS = (transformers.FORMAT, keras_hub.FORMAT, timm.FORMAT, official.FORMAT)
+NAMES = tuple(f.name for f in FORMATS)
+
+
+def format_named(name):
+    """The ``Format`` called ``name``, or a ``ValueError`` listing them."""
+    for found in FORMATS:
+        if found.name == name:
+            return found
+    raise ValueError(f"Unknown checkpoint format {name!r}; use one of {NAMES}.")
 
 
 def detect_format(path):
-    """The format of ``path`` from its form: a folder, a state dict extension, else official."""
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        if transformers.is_folder(path):
-            return "transformers"
-        raise ValueError(
-            f"{path!r} is a folder without config.json; a transformers ViT folder holds "
-            "config.json and model.safetensors (or pytorch_model.bin)."
-        )
-    if path.endswith(timm.EXTENSIONS):
-        return "timm"
-    # .npz, a URL, a published name; the official reader explains any other file.
-    return "official"
-
-
-def _check_format(format):
-    if format not in FORMATS:
-        raise ValueError(f"Unknown checkpoint format {format!r}; use one of {FORMATS}.")
+    """The name of the format of ``path``, from its form (``Format.claims``)."""
+    for found in FORMATS:
+        if found.claims(path):
+            return found.name
+    kinds = "; ".join(f"{f.name}: {f.what}" for f in FORMATS if not f.suffixes)
+    raise ValueError(f"{os.fspath(path)!r} is a folder that no checkpoint format reads ({kinds}); "
+                     "a keras_vit preset folder (save_to_preset) is read by the model class's "
+                     "from_preset.")
 
 
 def load_checkpoint(path, *, format=None, image_size=None, num_classes=None,
@@ -49,8 +54,10 @@ def load_checkpoint(path, *, format=None, image_size=None, num_classes=None,
         path: an official ``.npz`` (or URL, or published name such as
             ``"imagenet21k/ViT-B_16"``, or AugReg short name such as ``"augreg/ViT-B/16"``,
             ``"augreg/ViT-B/16:cifar100@384"``: ``keras_vit.checkpoints.augreg``), a timm
-            ``.safetensors``/``.pth``/``.bin`` state dict, or a transformers ViT folder.
-        format: ``"official"``, ``"timm"`` or ``"transformers"``; inferred when None.
+            ``.safetensors``/``.pth``/``.bin`` state dict, a transformers ViT folder or a
+            keras-hub preset folder.
+        format: one of ``NAMES`` (``"official"``, ``"timm"``, ``"transformers"``,
+            ``"keras_hub"``); inferred from the path when None.
         image_size: build at this resolution; the position embeddings are resized as the
             official fine-tuning code does (2-D bilinear, aligned corners, class row kept).
         num_classes: a head of this size; a size other than the file's gives a fresh
@@ -75,17 +82,14 @@ def load_checkpoint(path, *, format=None, image_size=None, num_classes=None,
     >>> sorted(features.output)
     ['pooled', 'tokens']
     """
-    format = format or detect_format(path)
-    _check_format(format)
-    options = dict(image_size=image_size, num_classes=num_classes, **overrides)
-    if format == "timm":
-        return timm.load(path, **options)  # timm's ViT has no pre-logits layer to drop
-    load = official.load if format == "official" else transformers.load
-    return load(path, drop_pre_logits=drop_pre_logits, **options)
+    found = format_named(format or detect_format(path))
+    return found.load(path, image_size=image_size, num_classes=num_classes,
+                      drop_pre_logits=drop_pre_logits, **overrides)
 
 
 def save_checkpoint(model, path, format="official"):
-    """Write ``model`` as an official ``.npz``, a timm state dict or a transformers folder.
+    """Write ``model`` in a checkpoint format (``NAMES``): an official ``.npz``, a timm state
+    dict, a transformers folder or a keras-hub preset folder.
 
     ``model`` is a ``ViTImageClassifier``, a ``ViTBackbone`` (written without head tensors), a
     ``ResNetImageClassifier`` or a ``ResNetBackbone``. Nothing is written when the format cannot
@@ -102,10 +106,4 @@ def save_checkpoint(model, path, format="official"):
     >>> load_checkpoint(path, num_heads=heads).count_params() == model.count_params()
     True
     """
-    _check_format(format)
-    if format == "official":
-        official.save(model, path)
-    elif format == "timm":
-        timm.save(model, path)
-    else:
-        transformers.save(model, path)
+    format_named(format).save(model, path)

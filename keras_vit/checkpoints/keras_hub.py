@@ -28,7 +28,9 @@ Differences, and how they are handled:
   returns the logits.
 """
 
+import json
 import math
+import os
 import sys
 import warnings
 
@@ -37,11 +39,21 @@ import numpy as np
 
 from keras_vit import _optional
 from keras_vit.checkpoints import official
-from keras_vit.checkpoints.base import assign, export
-from keras_vit.checkpoints.capabilities import check_expressible, fixed_image_size
+from keras_vit.checkpoints.base import assign, export, write_atomically
+from keras_vit.checkpoints.capabilities import (
+    Capabilities,
+    Format,
+    check_expressible,
+    fixed_image_size,
+)
 from keras_vit.layers.encoder import LAYER_NORM_EPSILON, EncoderConfig
 from keras_vit.models.description import Patches, ViTConfig
 from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
+
+HOLDS = Capabilities("keras-hub", ("patches",), exact_gelu_only=True,
+                     layer_norm_epsilon=LAYER_NORM_EPSILON)
+# A preset folder (``save_to_preset``): these two files, and ``task.json`` for a classifier.
+PRESET_FILES = ("config.json", "metadata.json")
 
 # keras_vit encoder setting <-> keras-hub ViTBackbone argument, the same value both ways.
 _CONFIG = (
@@ -237,7 +249,7 @@ def to_keras_hub(model, *, strict=True):
     >>> type(to_keras_hub(vit)).__name__, type(to_keras_hub(vit.backbone)).__name__
     ('ViTImageClassifier', 'ViTBackbone')
     """
-    check_expressible(model, "keras_hub", strict)
+    check_expressible(model, HOLDS, strict)
     keras_hub = _optional.need("keras_hub", "to_keras_hub")
     head = model.config.head
     backbone = keras_hub.models.ViTBackbone(**_hub_backbone_config(model))
@@ -268,3 +280,42 @@ def _hub_backbone_config(model):
         use_class_token=config.encoder.classifier == "token",
         dtype=model.dtype_policy.name,
     )
+
+
+def is_preset(path):
+    """Whether ``path`` is a keras-hub preset folder (``save_to_preset``'s files, its metadata
+    naming keras-hub's version: keras_vit's own presets name keras_vit's)."""
+    path = os.fspath(path)
+    if not all(os.path.isfile(os.path.join(path, name)) for name in PRESET_FILES):
+        return False
+    try:
+        with open(os.path.join(path, "metadata.json"), encoding="utf-8") as file:
+            return "keras_hub_version" in json.load(file)
+    except (OSError, ValueError):
+        return False
+
+
+def load(path, *, image_size=None, num_classes=None, drop_pre_logits=False, **overrides):
+    """The keras_vit ViT of a keras-hub preset folder (a ``ViTImageClassifier``'s or a
+    ``ViTBackbone``'s ``save_to_preset``), with ``load_checkpoint``'s options: through the
+    official layout, which ``from_keras_hub`` shares, with keras-hub's exact GELU."""
+    keras_hub = _optional.need("keras_hub", "Reading a keras-hub preset folder")
+    task = os.path.isfile(os.path.join(os.fspath(path), "task.json"))
+    hub = (keras_hub.models.ImageClassifier if task else keras_hub.models.Backbone).from_preset(
+        os.fspath(path))
+    model = from_keras_hub(hub)
+    overrides.setdefault("approximate_gelu", False)
+    return official.from_tensors(
+        export(official.vit_table(model)), image_size=image_size, num_classes=num_classes,
+        drop_pre_logits=drop_pre_logits, **overrides)
+
+
+def save(model, path):
+    """Write ``model`` as a keras-hub preset folder (``to_keras_hub`` then ``save_to_preset``),
+    which ``keras_hub.models.ImageClassifier.from_preset`` (or ``Backbone``'s) reads."""
+    hub = to_keras_hub(model)  # refuses what keras-hub cannot hold, before anything is written
+    write_atomically(path, hub.save_to_preset)
+
+
+FORMAT = Format("keras_hub", HOLDS, (), is_preset, load, save,
+                "a keras-hub preset folder (config.json and metadata.json)")

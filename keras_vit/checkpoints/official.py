@@ -22,7 +22,7 @@ from keras_vit.checkpoints.base import (
     resize_posemb_tensor,
     write_atomically,
 )
-from keras_vit.checkpoints.capabilities import check_expressible
+from keras_vit.checkpoints.capabilities import Capabilities, Format, check_expressible
 from keras_vit.layers.encoder import EncoderConfig
 from keras_vit.layers.position import table_grid
 from keras_vit.models.description import Head, Patches, Stem, ViTConfig, model_keywords
@@ -32,6 +32,7 @@ VIT_URL = "https://storage.googleapis.com/vit_models/{name}.npz"
 BIT_URL = "https://storage.googleapis.com/bit_models/{name}.npz"
 _VIT_PUBLISHED = re.compile(r"(imagenet21k|imagenet21k\+imagenet2012|augreg|sam|gsam)/[\w\-.+=,]+")
 _BIT_PUBLISHED = re.compile(r"BiT-[MS]-R\d+x\d+(-ILSVRC2012)?")
+HOLDS = Capabilities("official .npz", ("patches", "hybrid", "bit"))
 POSEMB = "Transformer/posembed_input/pos_embedding"
 HEAD_KEYS = ("head/kernel", "head/bias", "resnet/head/conv2d/kernel", "resnet/head/conv2d/bias")
 PRE_LOGITS_KEYS = ("pre_logits/kernel", "pre_logits/bias")
@@ -167,7 +168,7 @@ def vit_table(model):
     Only the default position embedding ('learned_1d' at the 'stem') has an official layout; other
     variants raise a ``ValueError`` naming the ``.keras`` format as the way to save them.
     """
-    check_expressible(model, "official")
+    check_expressible(model, HOLDS)
     config, table = model.config, {}
     table.update(_dense("embedding", model.get_layer("embedding").conv))
     if config.encoder.classifier == "token":
@@ -275,7 +276,7 @@ TABLES = {VIT: vit_table, HYBRID: hybrid_table, BIT: resnet.bit_table}
 
 def table_for(model):
     """The official key table of a keras_vit model."""
-    check_expressible(model, "official")
+    check_expressible(model, HOLDS)
     return TABLES[model.config.family](model)
 
 
@@ -318,7 +319,13 @@ def load(path, *, image_size=None, num_classes=None, drop_pre_logits=False, pose
     >>> type(load(path, num_classes=0)).__name__
     'ViTBackbone'
     """
-    tensors = read_checkpoint(path)
+    return from_tensors(read_checkpoint(path), image_size=image_size, num_classes=num_classes,
+                        drop_pre_logits=drop_pre_logits, posemb_grid=posemb_grid, **overrides)
+
+
+def from_tensors(tensors, *, image_size=None, num_classes=None, drop_pre_logits=False,
+                 posemb_grid=None, **overrides):
+    """``load`` of the tensors of an official file, read already (official key -> array)."""
     infer = _infer(tensors)
     if posemb_grid is not None:
         if infer is resnet.bit_config:
@@ -359,3 +366,12 @@ def save(model, path):
 def _savez(path, arrays):
     with open(path, "wb") as handle:  # a handle keeps np.savez from appending ".npz"
         np.savez(handle, **arrays)
+
+
+def _claims(path):
+    # Any file name: a .npz, a URL or a published name; the reader explains any other file.
+    return not os.path.isdir(os.fspath(path))
+
+
+FORMAT = Format("official", HOLDS, (".npz",), _claims, load, save,
+                "an official .npz, its URL or a published name")

@@ -42,7 +42,7 @@ from keras_vit.checkpoints.base import (
     torch_dense_kernel,
     write_atomically,
 )
-from keras_vit.checkpoints.capabilities import check_expressible
+from keras_vit.checkpoints.capabilities import Capabilities, Format, check_expressible
 from keras_vit.layers.encoder import EncoderConfig
 from keras_vit.layers.position import table_grid
 from keras_vit.layers.resnet import ROOT_WIDTH, plain_number
@@ -51,6 +51,9 @@ from keras_vit.models.description import Head, Patches, ResNetConfig, Stages, St
 from keras_vit.models.registry import BIT, HYBRID, VIT, build
 
 EXTENSIONS = (".safetensors", ".pth", ".bin", ".pt")
+HOLDS = Capabilities("timm", ("patches", "hybrid", "bit"), pre_logits=(
+    "The timm VisionTransformer has no pre-logits (representation) layer, so this model cannot "
+    "be written for timm"))
 
 # Keys of timm variants outside the paper's family -> what they are. Loading them approximately
 # would give wrong logits, so they are refused.
@@ -187,7 +190,7 @@ def hybrid_table(model):
 def vit_table(model):
     """timm key -> Entry for a ``ViTImageClassifier`` or ``ViTBackbone`` (a hybrid's stem is
     ``hybrid_table``'s; a backbone has no ``head`` keys: timm's ``num_classes=0``)."""
-    check_expressible(model, "timm")
+    check_expressible(model, HOLDS)
     config, table = model.config, {}
     embedding = model.get_layer("embedding").conv
     table["patch_embed.proj.weight"] = torch_conv_kernel(embedding.kernel)
@@ -264,7 +267,7 @@ TABLES = {VIT: vit_table, HYBRID: hybrid_table, BIT: bit_table}
 
 
 def table_for(model):
-    check_expressible(model, "timm")
+    check_expressible(model, HOLDS)
     return TABLES[model.config.family](model)
 
 
@@ -371,12 +374,13 @@ def _fill_optional_biases(tensors, config):
 # ----------------------------------------------------------------------------- load and save
 
 
-def load(path, *, image_size=None, num_classes=None, num_heads=None, posemb_grid=None,
-         **overrides):
+def load(path, *, image_size=None, num_classes=None, drop_pre_logits=False, num_heads=None,
+         posemb_grid=None, **overrides):
     """Build the model a timm state dict describes and load it (see ``load_checkpoint``): a
     ``ViTImageClassifier``, a ``ViTBackbone`` (no head in the file, or ``num_classes=0``) or
     a BiT ``ResNetImageClassifier`` (``ResNetBackbone``); ``posemb_grid=(rows, cols)`` states
-    the grid of a non-square ``pos_embed``."""
+    the grid of a non-square ``pos_embed``. timm's ViT has no pre-logits layer: with
+    ``drop_pre_logits`` there is nothing to drop."""
     tensors = strip_prefix(read_state_dict(path))
     if "stem.conv.weight" in tensors:
         if posemb_grid is not None:
@@ -405,3 +409,11 @@ def load(path, *, image_size=None, num_classes=None, num_heads=None, posemb_grid
 def save(model, path):
     """Write ``model`` as a timm state dict (``.safetensors`` or ``.pth``/``.bin``)."""
     write_state_dict(path, export(table_for(model)))
+
+
+def _claims(path):
+    return os.fspath(path).endswith(EXTENSIONS)
+
+
+FORMAT = Format("timm", HOLDS, EXTENSIONS, _claims, load, save,
+                f"a timm state dict ({', '.join(EXTENSIONS)})")

@@ -44,6 +44,8 @@ from keras_vit.checkpoints.base import (
     write_atomically,
 )
 from keras_vit.checkpoints.capabilities import (
+    Capabilities,
+    Format,
     check_expressible,
     check_position,
     fixed_image_size,
@@ -55,6 +57,10 @@ from keras_vit.models.description import Head, Patches, ViTConfig
 from keras_vit.models.registry import build
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+# ViTModel's pooler is a pre-logits layer without classes: a head of that layer alone
+HOLDS = Capabilities("transformers", ("patches",), classifiers=("token",), pre_logits=(
+    "The transformers ViTForImageClassification puts its classifier straight on the class "
+    "token, with no pre-logits layer"), pooler=True)
 ACTIVATIONS = {"gelu": False, "gelu_pytorch_tanh": True, "gelu_new": True}
 # In-memory names of newer transformers releases -> the published file layout.
 _NEW_NAMES = (
@@ -69,7 +75,11 @@ _NEW_NAMES = (
 
 
 def is_folder(path):
-    return os.path.isdir(os.fspath(path)) and os.path.isfile(os.path.join(path, "config.json"))
+    """A folder of ``config.json`` that is not a keras-hub preset (which has ``metadata.json``
+    beside it)."""
+    path = os.fspath(path)
+    return (os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json"))
+            and not os.path.isfile(os.path.join(path, "metadata.json")))
 
 
 def read_folder(path):
@@ -140,7 +150,7 @@ def table(model):
     ``ViTForImageClassification`` layout: ``vit.`` prefix, ``classifier``), a classifier whose
     head is a pre-logits layer alone (``ViTModel`` with its ``pooler``) or a ``ViTBackbone``
     (``ViTModel``: no prefix, no pooler)."""
-    check_expressible(model, "transformers")
+    check_expressible(model, HOLDS)
     return layout(model, "vit." if _classes(model) else "")
 
 
@@ -248,7 +258,7 @@ def load(path, *, image_size=None, num_classes=None, drop_pre_logits=False, **ov
                                   drop_pre_logits=drop_pre_logits, image_size=image_size,
                                   overrides=overrides, representation_size=pooler_size(tensors))
     model = build(config, **options)
-    check_position(model, "transformers")
+    check_position(model, HOLDS)
     key = f"{prefix}embeddings.position_embeddings"
     assign(layout(model, prefix), resize_posemb_tensor(tensors, key, config, file_grid), skip,
            "transformers checkpoint")
@@ -268,3 +278,8 @@ def save(model, path):
         save_file(arrays, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
 
     write_atomically(path, write)
+
+
+FORMAT = Format("transformers", HOLDS, (), is_folder, load, save,
+                "a Hugging Face ViT folder (config.json and model.safetensors or "
+                "pytorch_model.bin)")

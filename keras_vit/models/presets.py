@@ -229,7 +229,8 @@ def _load_folder(cls, folder, preset, load_weights, kwargs):
         raise FileNotFoundError(
             f"{folder.name} has no {CONFIG_FILE}: it is not a preset. Save one with "
             "model.save_to_preset(folder).")
-    if "registered_name" not in config:  # a transformers or timm folder
+    if "registered_name" not in config or (  # a transformers or local keras-hub folder
+            folder.path is not None and config["registered_name"].startswith("keras_hub>")):
         named = _hooks.get(_hooks.NAMED_PRESETS)
         return named.load(folder.path, cls, load_weights=load_weights, **kwargs)
     backbone_cls = cls.backbone_cls or cls

@@ -43,7 +43,8 @@ def test_convert_to_onnx(tmp_path):
 def test_convert_errors_name_the_fix(tmp_path, capsys):
     source = fixture_path("vit_tiny_token_norep.npz")
     assert cli.main(["convert", source, str(tmp_path / "folder")]) == 1
-    assert "--format transformers or --format saved_model" in capsys.readouterr().err
+    assert "say which kind with --format, one of transformers, keras_hub, saved_model" in \
+        capsys.readouterr().err
     assert cli.main(["convert", source, str(tmp_path / "m.xyz")]) == 1
     assert "Cannot tell the export format" in capsys.readouterr().err
     assert cli.main(["convert", source, str(tmp_path / "m.bin"), "--format", "png"]) == 1

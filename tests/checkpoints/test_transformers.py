@@ -205,7 +205,8 @@ def test_missing_and_truncated_weights(tmp_path):
     with pytest.raises(ValueError, match="none of"):
         load_checkpoint(tmp_path)
     (tmp_path / "config.json").unlink()
-    with pytest.raises(ValueError, match="without config.json"):
+    with pytest.raises(ValueError, match="a folder that no checkpoint format reads "
+                                         r"\(transformers: a Hugging Face ViT folder \(config"):
         load_checkpoint(tmp_path)
 
 
