@@ -138,13 +138,13 @@ def test_a_terminated_process_stops_the_others_saying_so(tmp_path):
 
 def test_a_killed_process_is_named_by_the_others(tmp_path):
     """Killed where its partner waits outside a collective: its connection from the roll call
-    closes, and process 0 names it at once, long before the heartbeat's 20 s."""
+    closes and process 0 names it (JAX's heartbeat, 20 s here, would stop it in JAX's words)."""
     (code, output, seconds), (killed, _, _) = _launch(str(tmp_path), "vanishes", VANISHING="1")
     assert killed == -9 and code == 1, output[-3000:]
     assert "keras_vit: process 1 of 2 ended without a word (its connection to process 0 closed: " \
            "killed, out of memory, or its host went down); process 0 stops too." in output, \
            output[-3000:]
-    assert seconds < 60
+    assert seconds < LIMIT
 
 
 def test_a_killed_coordinator_is_named_by_the_others(tmp_path):
@@ -156,7 +156,7 @@ def test_a_killed_coordinator_is_named_by_the_others(tmp_path):
     ours = re.search(r"keras_vit: process 0 \(the coordinator at 127\.0\.0\.1:\d+\) ended "
                      r"without a word .*; process 1 stops too\.", output)
     assert ours or "the leader task was preempted/died" in output, output[-3000:]
-    assert seconds < 60
+    assert seconds < LIMIT
 
 
 def test_a_process_killed_in_a_collective_stops_the_others(tmp_path):
@@ -169,7 +169,7 @@ def test_a_process_killed_in_a_collective_stops_the_others(tmp_path):
     assert "process 0 step 1" in output
     named = "keras_vit: process 1 of 2 ended without a word" in output
     assert (code == 1 and named) or (code == -6 and "gloo" in output), output[-3000:]
-    assert seconds < 60
+    assert seconds < LIMIT
 
 
 def _cli(out, folder, *options, **extra):
@@ -247,7 +247,7 @@ def test_a_coordinator_whose_processes_never_join_names_them(tmp_path):
     assert "Process 1 of 2 did not join at port " in output
     assert "within 3 s (KERAS_VIT_JOIN_TIMEOUT): start each with KERAS_DISTRIBUTION_PROCESS_ID" \
         in output, output[-3000:]
-    assert seconds < 120
+    assert seconds < LIMIT
     assert not (tmp_path / "run").exists()
 
 

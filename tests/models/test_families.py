@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from keras_vit.checkpoints import capabilities, official, timm
+from keras_vit.checkpoints.formats import FORMATS
 from keras_vit.costs import compute, memory, parameters
 from keras_vit.models import family as family_module
 from keras_vit.models.registry import FAMILIES
@@ -61,15 +62,16 @@ def test_every_resnet_kind_is_counted(family):
 def test_every_format_writes_a_family_or_refuses_it(family):
     config = family.parse(family.published[0])
     if not family.weights:
-        for format, can in capabilities.FORMATS.items():
-            with pytest.raises(ValueError, match=f"{family.name} has no {can.name} layout"):
-                capabilities.check_expressible(_Model(config), format)
+        for found in FORMATS:
+            with pytest.raises(ValueError, match=f"{family.name} has no {found.holds.name} layout"):
+                capabilities.check_expressible(_Model(config), found.holds)
         return
     missing = [name for name, table in LAYOUT_TABLES.items() if family not in table]
     assert not missing, f"the {family.name} family has no entry in {missing}"
     assert family.stem in capabilities.CHECKS, f"no check of a {family.stem!r} stem"
-    for can in capabilities.FORMATS.values():
-        assert family.stem in can.stems or family.stem in capabilities.STEM_ERRORS, can.name
+    for found in FORMATS:
+        assert family.stem in found.holds.stems or family.stem in capabilities.STEM_ERRORS, \
+            found.name
 
 
 @pytest.mark.parametrize("need", sorted(family_module.NEEDS))
