@@ -229,8 +229,7 @@ def _load_folder(cls, folder, preset, load_weights, kwargs):
         raise FileNotFoundError(
             f"{folder.name} has no {CONFIG_FILE}: it is not a preset. Save one with "
             "model.save_to_preset(folder).")
-    if "registered_name" not in config or (  # a transformers or local keras-hub folder
-            folder.path is not None and config["registered_name"].startswith("keras_hub>")):
+    if _foreign(folder, config):
         named = _hooks.get(_hooks.NAMED_PRESETS)
         return named.load(folder.path, cls, load_weights=load_weights, **kwargs)
     backbone_cls = cls.backbone_cls or cls
@@ -249,6 +248,16 @@ def _load_folder(cls, folder, preset, load_weights, kwargs):
         kwargs["preprocessor"] = _default_preprocessor(backbone)
     kwargs.pop("dtype", None)
     return cls(backbone, **kwargs)
+
+
+def _foreign(folder, config):
+    """Whether a folder is read by the checkpoint readers: a transformers folder, or a local
+    keras-hub preset (its metadata names keras-hub's version)."""
+    if "registered_name" not in config:
+        return True
+    if folder.path is None or not config["registered_name"].startswith("keras_hub>"):
+        return False
+    return "keras_hub_version" in (folder.json(METADATA_FILE) or {})
 
 
 def _load_task(cls, folder, config, task, load_weights, kwargs):
