@@ -142,7 +142,8 @@ def _check_vit(config, can, strict):
         raise ValueError(
             f"The model uses the tanh-approximated GELU (as the official checkpoints do) and "
             f"{can.name} only has the exact one, so the outputs would change (about 1e-4). Pass "
-            "strict=False to convert anyway."
+            "strict=False to convert anyway: keras_vit.to_keras_hub(model, strict=False), then "
+            "its save_to_preset(folder)."
         )
     epsilon = can.layer_norm_epsilon
     if epsilon is not None and encoder.layer_norm_epsilon != epsilon:
