@@ -5,6 +5,7 @@ Usage (one backend per process):
     KERAS_BACKEND=torch python benchmarks/throughput.py --batch 8 --rounds 5
     KERAS_BACKEND=jax python benchmarks/throughput.py --family      # BiT-R50x1, R50+ViT-B/16
     KERAS_BACKEND=jax python benchmarks/throughput.py --memory 4    # largest batch in 4 GiB
+    KERAS_BACKEND=jax python benchmarks/throughput.py --vit-jax ~/vision_transformer  # + flax
 
 Both backbones (no head: keras-hub's ``ViTBackbone`` has none; ``create_model(...,
 num_classes=None)`` is keras_vit's) are run in the same process with the same configuration
@@ -13,7 +14,9 @@ hit both alike. Each round times ``--iters`` calls of ``predict_on_batch``; the 
 each is reported.
 The float32 matmul rate is measured with the same backend on a (1576 x 768) @ (768 x 3072)
 product, the shape of the model's MLP at batch 8 (and a square 2048 product; the larger rate
-counts).
+counts). On jax, ``--vit-jax DIR`` (a clone of google-research/vision_transformer: the package
+index has no vit_jax) adds the official flax model of the same shape, jitted, in the same rounds:
+what XLA makes of the paper's forward written without Keras.
 """
 
 import argparse
@@ -96,6 +99,34 @@ def time_round(model, images, iters):
     return (time.perf_counter() - start) / iters
 
 
+class FlaxViT:
+    """vit_jax's ``VisionTransformer`` of ``config``'s shape, no head, as ``predict_on_batch``."""
+
+    def __init__(self, config, folder):
+        import types
+
+        import jax
+
+        sys.path.insert(0, os.path.abspath(os.path.expanduser(folder)))
+        from vit_jax import models_vit
+
+        encoder, size = config.encoder, config.patches.patch_size
+        model = models_vit.VisionTransformer(
+            num_classes=None, patches=types.SimpleNamespace(size=(size, size)),
+            hidden_size=encoder.hidden_size, classifier=encoder.classifier,
+            representation_size=None,
+            transformer=dict(num_layers=encoder.num_layers, num_heads=encoder.num_heads,
+                             mlp_dim=encoder.mlp_dim, dropout_rate=0.0,
+                             attention_dropout_rate=0.0))
+        shape = (1, *config.image_size, config.patches.num_channels)
+        self.params = model.init(jax.random.PRNGKey(0), np.zeros(shape, "float32"),
+                                 train=False)["params"]
+        self.apply = jax.jit(lambda params, x: model.apply({"params": params}, x, train=False))
+
+    def predict_on_batch(self, images):
+        return np.asarray(self.apply(self.params, images))
+
+
 FAMILY_MODELS = ("ViT-B/16", "BiT-R50x1", "R50+ViT-B/16")
 MEMORY_MODELS = ("ViT-B/32", "ViT-B/16", "BiT-R50x1")
 
@@ -160,11 +191,20 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--no-hub", action="store_true", help="skip the keras-hub comparison")
+    parser.add_argument("--vit-jax", metavar="DIR", default=None,
+                        help="a google-research/vision_transformer clone: add its flax model (jax)")
     parser.add_argument("--family", action="store_true",
                         help="table of ViT-B/16, BiT-R50x1 and R50+ViT-B/16 at 224 and 384")
     parser.add_argument("--memory", type=float, default=None, metavar="GIB",
                         help="largest batch of ViT-B/32, ViT-B/16, BiT-R50x1 within GIB memory")
     args = parser.parse_args()
+    if args.vit_jax:
+        if keras.backend.backend() != "jax":
+            parser.error("--vit-jax compares on the jax backend: run with KERAS_BACKEND=jax")
+        if not os.path.isfile(os.path.join(os.path.expanduser(args.vit_jax), "vit_jax",
+                                           "models_vit.py")):
+            parser.error(f"--vit-jax {args.vit_jax!r} holds no vit_jax/models_vit.py: git clone "
+                         "https://github.com/google-research/vision_transformer and name the clone")
     if args.family:
         return family_table(args)
     if args.memory is not None:
@@ -178,6 +218,8 @@ def main():
     models = {"keras_vit": ours}
     if not args.no_hub:
         models["keras-hub"] = keras_hub_vit(ours.config)
+    if args.vit_jax:
+        models["flax"] = FlaxViT(ours.config, args.vit_jax)
     for model in models.values():  # compile and warm up
         model.predict_on_batch(images)
         model.predict_on_batch(images)
@@ -197,9 +239,9 @@ def main():
     throughput = {name: args.batch / seconds for name, seconds in best.items()}
     for name, value in throughput.items():
         print(f"{name:>10}: {value:7.2f} img/s  ({value * gflop / rate:6.1%} of the matmul rate)")
-    if "keras-hub" in throughput:
-        ratio = throughput["keras_vit"] / throughput["keras-hub"]
-        print(f"ratio keras_vit / keras-hub: {ratio:.3f}")
+    for other in ("keras-hub", "flax"):
+        if other in throughput:
+            print(f"ratio keras_vit / {other}: {throughput['keras_vit'] / throughput[other]:.3f}")
 
 
 if __name__ == "__main__":

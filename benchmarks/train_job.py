@@ -4,6 +4,12 @@
     python benchmarks/train_job.py                          # 2 epochs of 30 steps, 2 rounds
     python benchmarks/train_job.py --epochs 3 --rounds 3 --backends jax tensorflow
     python benchmarks/train_job.py -- --train-examples 60000   # after --: keras-vit train flags
+    python benchmarks/train_job.py --backends torch torch:GOMP_SPINCOUNT=10000 --busy 2
+
+A backend may carry environment variables for its runs (``torch:OMP_WAIT_POLICY=ACTIVE``, several
+joined by commas), so that settings of one backend compare side by side. ``--busy N`` keeps N
+processes spinning on the CPU through the whole benchmark: a stand-in for a machine whose cores
+other programs share (a notebook's other kernel, another user of a hosted runtime).
 
 Each round runs ``python -m keras_vit train`` once per backend, in a rotating order, so that load
 from other programs on a shared machine hits all of them alike. The job is the default one (its
@@ -15,6 +21,7 @@ wall time (start-up, compilation and the final evaluation included), with the lo
 
 import argparse
 import json
+import multiprocessing
 import os
 import statistics
 import subprocess
@@ -25,10 +32,31 @@ import time
 BACKENDS = ("tensorflow", "jax", "torch")
 
 
-def run_job(backend, epochs, extra, folder):
+def parse_backend(text):
+    """``(backend, environment)`` of ``"torch:NAME=VALUE,NAME=VALUE"``."""
+    backend, _, settings = text.partition(":")
+    if backend not in BACKENDS:
+        raise SystemExit(f"Unknown backend {backend!r} in {text!r}: one of {', '.join(BACKENDS)}, "
+                         "optionally followed by :NAME=VALUE,... environment variables")
+    environment = {}
+    for setting in filter(None, settings.split(",")):
+        name, equals, value = setting.partition("=")
+        if not equals:
+            raise SystemExit(f"{setting!r} in {text!r} is not NAME=VALUE")
+        environment[name] = value
+    return backend, environment
+
+
+def spin():
+    while True:
+        pass
+
+
+def run_job(name, epochs, extra, folder):
     """One ``keras-vit train`` run; its per-epoch seconds and wall time."""
+    backend, environment = parse_backend(name)
     output = os.path.join(folder, f"{backend}-{time.monotonic_ns()}")
-    env = dict(os.environ, KERAS_BACKEND=backend)
+    env = dict(os.environ, KERAS_BACKEND=backend, **environment)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     command = [sys.executable, "-m", "keras_vit", "train", "--epochs", str(epochs),
                "--verbose", "0", "--output", output, *extra]
@@ -51,6 +79,8 @@ def table(results):
              "wall time, s, median (range) | load average (1 min) |",
              "|---|---|---|---|---|"]
     for backend, runs in results.items():
+        if not runs:
+            continue
         first = ", ".join(f"{r['epochs'][0]:.1f}" for r in runs)
         later = [s for r in runs for s in r["epochs"][1:]]
         walls = [r["wall"] for r in runs]
@@ -64,17 +94,26 @@ def table(results):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
+    parser.add_argument("--backends", nargs="+", default=list(BACKENDS),
+                        help="backends, each optionally with environment variables for its "
+                        "runs: torch:OMP_WAIT_POLICY=ACTIVE,GOMP_SPINCOUNT=0")
+    parser.add_argument("--busy", type=int, default=0, metavar="N",
+                        help="processes kept spinning on the CPU during the benchmark")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--train-examples", type=int, default=7680,
                         help="examples per epoch (default 7680: 30 steps of 256)")
     parser.add_argument("extra", nargs="*", help="more keras-vit train flags, after --")
     args = parser.parse_args()
+    for name in args.backends:
+        parse_backend(name)
     extra = ["--train-examples", str(args.train_examples), *args.extra]
     print(f"keras-vit train --epochs {args.epochs} {' '.join(extra)}; rounds={args.rounds} "
           f"cpus={os.cpu_count()} date={time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
-          f"load={os.getloadavg()[0]:.1f}")
+          f"load={os.getloadavg()[0]:.1f} busy={args.busy}")
+    spinners = [multiprocessing.Process(target=spin, daemon=True) for _ in range(args.busy)]
+    for spinner in spinners:
+        spinner.start()
     results = {backend: [] for backend in args.backends}
     with tempfile.TemporaryDirectory() as folder:
         for r in range(args.rounds):
@@ -86,6 +125,8 @@ def main():
                       + ", ".join(f"{s:.1f}" for s in result["epochs"])
                       + f" s, wall {result['wall']:.1f} s, accuracy {result['accuracy']}, "
                       f"load {result['load']:.1f}", file=sys.stderr)
+    for spinner in spinners:
+        spinner.terminate()
     print(table(results))
 
 

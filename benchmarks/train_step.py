@@ -13,6 +13,7 @@ One command, one table (issue 19):
         'tensorflow:dtype_policy="mixed_bfloat16"'    # another shape, CPU mixed precision
     python benchmarks/train_step.py --impl jax flax timm --vit-jax ~/vision_transformer
     python benchmarks/train_step.py --impl torch timm jax flax --profile   # where the time goes
+    python benchmarks/train_step.py --impl torch 'torch:projections="fused"'   # one q/k/v product
 
 The step is the one `keras-vit train` runs: AdamW (weight decay 0.05) on a warmup + cosine
 schedule, global-norm clipping at 1, softmax cross-entropy with label smoothing 0.1, accuracy
@@ -123,6 +124,46 @@ def keras_model(spec, image_size=None, **overrides):
                         **arguments)
 
 
+def fuse_projections(concatenated=False):
+    """From here on, every ``MultiHeadSelfAttention`` built computes its queries, keys and values
+    with one (D, 3D) ``Dense`` (``torch:projections="fused"``): the layout the checkpoint tables
+    do not address, measured on the training step before ruling it in or out. ``concatenated``
+    keeps the three ``Dense`` layers and concatenates their kernels and biases at every call
+    into one product (``torch:projections="concatenated"``)."""
+    import keras
+    from keras import ops
+
+    from keras_vit.layers import attention
+
+    if concatenated:
+        def project_concatenated(self, inputs, bias):
+            layers = (self.query, self.key, self.value)
+            kernel = ops.concatenate([layer.kernel for layer in layers], axis=-1)
+            qkv = ops.matmul(inputs, kernel) + ops.concatenate([layer.bias for layer in layers])
+            qkv = ops.reshape(qkv, (ops.shape(inputs)[0], -1, 3, self.num_heads, self.head_dim))
+            return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], bias
+
+        attention.MultiHeadSelfAttention._project = project_concatenated
+        return
+
+    def build(self, input_shape):
+        dim = input_shape[-1]
+        self.hidden_size, self.head_dim = dim, dim // self.num_heads
+        for name, width in (("qkv", 3 * dim), ("out", dim)):
+            layer = keras.layers.Dense(width, dtype=self.dtype_policy, name=name,
+                                       kernel_initializer=attention.FlatGlorotUniform(dim, dim))
+            setattr(self, name, layer)
+            layer.build(input_shape)
+
+    def project(self, inputs, bias):
+        qkv = ops.reshape(self.qkv(inputs), (ops.shape(inputs)[0], -1, 3, self.num_heads,
+                                             self.head_dim))
+        return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], bias
+
+    attention.MultiHeadSelfAttention.build = build
+    attention.MultiHeadSelfAttention._project = project
+
+
 def keras_training(spec, options, args):
     """(model, run): keras_vit's model compiled with the step of `keras-vit train`; ``run()``
     trains ``args.steps`` steps of ``args.batch`` from host memory and returns (wall seconds,
@@ -135,6 +176,9 @@ def keras_training(spec, options, args):
     # Options that are not model.compile's: the model's shape and the dtype policy (issue 26:
     # "tensorflow:mlp_dim=128", "tensorflow:dtype_policy=\"mixed_bfloat16\"").
     shape = {k: options.pop(k) for k in SHAPE_KEYS if k in options}
+    projections = options.pop("projections", "separate")
+    if projections != "separate":
+        fuse_projections(concatenated=projections == "concatenated")
     policy = options.pop("dtype_policy", "mixed_bfloat16" if args.device == "gpu" else None)
     if policy:
         keras.config.set_dtype_policy(policy)

@@ -148,3 +148,28 @@ def test_the_profiles_name_where_a_small_step_goes(backend):
         assert total == pytest.approx(1)
     if backend == "torch":
         assert "mm" in {kind for kind, _ in shares}
+
+
+@pytest.mark.parametrize("projections", ["fused", "concatenated"])
+def test_one_product_for_queries_keys_and_values(monkeypatch, projections):
+    """The benchmark's layouts of the q/k/v projections: the concatenated one computes what the
+    three products compute; the fused one trains (its own weights)."""
+    import keras
+    import numpy as np
+
+    from keras_vit.layers import attention
+
+    layer_class = attention.MultiHeadSelfAttention
+    for name in ("build", "_project"):  # restored after the test
+        monkeypatch.setattr(layer_class, name, getattr(layer_class, name))
+    x = np.random.default_rng(0).normal(size=(2, 5, 16)).astype("float32")
+    separate = layer_class(num_heads=4)
+    expected = keras.ops.convert_to_numpy(separate(x))
+    spec = dict(train_step.MODELS["default"], steps=2)
+    args = train_step.argparse.Namespace(batch=4, steps=2, device="cpu")
+    model, run = train_step.keras_training(spec, {"projections": projections}, args)
+    assert run()[0] > 0
+    paths = [v.path for v in model.trainable_variables]
+    assert any("/qkv/" in p for p in paths) == (projections == "fused")
+    if projections == "concatenated":
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(separate(x)), expected, atol=1e-6)
