@@ -43,11 +43,15 @@ def distribute():
     jax: ``keras.distribution.DataParallel`` over all devices when there are several
     (``distribution.data_parallel``). TensorFlow: its ``tf.distribute`` strategy (TPUStrategy,
     MirroredStrategy), whose ``scope()`` the models are built in. Prints one line: where, the
-    devices, and the precision ``keras-vit finetune`` picks for them.
+    devices, and the precision ``keras-vit finetune`` picks for them (on Colab or Kaggle
+    preceded by its name).
 
     Example:
-    >>> replicas, scope = distribute()  # doctest: +ELLIPSIS
-    local, ... 1 device(s) (cpu), precision float32
+    >>> import io
+    >>> with contextlib.redirect_stdout(io.StringIO()) as printed:
+    ...     replicas, scope = distribute()
+    >>> printed.getvalue().split(": ", 1)[1].strip()  # after the backend's name
+    '1 device(s) (cpu), precision float32'
     >>> replicas
     1
     """
@@ -61,18 +65,18 @@ def distribute():
         replicas = distribution.data_parallel()
     device = distribution.accelerator()
     platform, kind, _, capability = device or ("cpu", "cpu", replicas, None)
-    print(f"{hosted() or 'local'}, {keras.backend.backend()}: {replicas} device(s) ({kind}), "
+    where = f"{hosted()}, " if hosted() else ""
+    print(f"{where}{keras.backend.backend()}: {replicas} device(s) ({kind}), "
           f"precision {distribution.precision(platform, kind, capability)}")
     return replicas, scope
 
 
 def processor():
-    """The CPU's model name, its core count and the load average over the last minute: what a
-    time printed below it was measured on (a busy machine runs slower).
+    """The CPU's model name and its core count: what a time a notebook prints was measured on.
 
     Example:
     >>> processor()  # doctest: +ELLIPSIS
-    '... core(s)...'
+    '..., ... core...'
     """
     name = platform.processor() or platform.machine()
     with contextlib.suppress(OSError):
@@ -81,10 +85,7 @@ def processor():
                      if line.startswith("model name")]
         name = found[0] if found else name
     cores = os.cpu_count() or 1
-    line = f"{name}, {cores} core(s)"
-    if hasattr(os, "getloadavg"):  # not on Windows
-        line += f", load average {os.getloadavg()[0]:.1f}"
-    return line
+    return f"{name}, {cores} core{'' if cores == 1 else 's'}"
 
 
 Setup = collections.namedtuple("Setup", ["small", "replicas", "scope"])
@@ -95,19 +96,20 @@ def small():
     return os.environ.get("KERAS_VIT_SMALL") == "1"
 
 
-def setup(seed=0):
+def setup(seed=0, timed=False):
     """A notebook's set-up after the install: seeds Python, NumPy and the backend with ``seed``,
     reads small mode and shares batches over the devices (``distribute``).
 
-    Returns ``Setup(small, replicas, scope)`` and prints the Keras version and backend, the
-    processor (``processor``: the times a notebook prints were taken on it), then
-    ``distribute``'s line.
+    Returns ``Setup(small, replicas, scope)`` and prints the Keras version and backend, then
+    ``distribute``'s line. A notebook that prints how long its cells took passes
+    ``timed=True``: the processor (``processor``) is then printed too, as what those times were
+    measured on.
 
     Example:
-    >>> small_mode, replicas, scope = setup(seed=0)  # doctest: +ELLIPSIS
+    >>> small_mode, replicas, scope = setup(seed=0, timed=True)  # doctest: +ELLIPSIS
     keras 3..., backend ..., small mode ...
-    processor: ...
-    local, ... 1 device(s) (cpu), precision float32
+    processor: ... (the times below were measured on it)
+    ...: 1 device(s) (cpu), precision float32
     >>> replicas
     1
     """
@@ -115,7 +117,8 @@ def setup(seed=0):
     keras.utils.set_random_seed(seed)
     print(f"keras {keras.__version__}, backend {keras.backend.backend()}, small mode "
           f"{'on' if small() else 'off'}")
-    print(f"processor: {processor()}")
+    if timed:
+        print(f"processor: {processor()} (the times below were measured on it)")
     replicas, scope = distribute()
     return Setup(small(), replicas, scope)
 

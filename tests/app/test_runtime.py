@@ -32,7 +32,10 @@ def test_distribute_on_one_cpu(bare, capsys):
     assert replicas == 1
     with scope:
         pass
-    assert capsys.readouterr().out.startswith("local, ")
+    import keras
+
+    # away from Colab and Kaggle the line starts with the backend: no "local"
+    assert capsys.readouterr().out.startswith(f"{keras.backend.backend()}: 1 device(s) (")
 
 
 @pytest.mark.backend_dependent
@@ -47,6 +50,20 @@ def test_setup_reads_small_mode_and_seeds(bare, capsys):
     bare.delenv("KERAS_VIT_SMALL")
     assert not runtime.setup(seed=3).small
     assert np.random.rand() == draw  # the same seed, the same draws
+
+
+@pytest.mark.backend_dependent
+def test_setup_names_the_processor_only_where_a_notebook_times_cells(bare, capsys):
+    runtime.setup(seed=0)
+    untimed = capsys.readouterr().out
+    runtime.setup(seed=0, timed=True)
+    timed = capsys.readouterr().out
+    assert "processor" not in untimed and len(untimed.splitlines()) == 2, untimed
+    processor = [line for line in timed.splitlines() if line.startswith("processor: ")]
+    assert processor == [f"processor: {runtime.processor()} (the times below were measured on it)"]
+    for out in (untimed, timed):  # no load average (it changes by the second), no "local"
+        assert "load" not in out and "local" not in out, out
+    assert runtime.processor().endswith((" core", " cores"))
 
 
 def test_setup_keeps_tensorflow_start_up_lines_out_of_the_notebook(tmp_path):

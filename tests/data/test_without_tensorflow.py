@@ -54,8 +54,9 @@ def test_without_tensorflow_only_the_command_picks_an_installed_backend(tmp_path
 
 
 def test_a_run_on_a_tfds_dataset_says_what_to_install_before_it_downloads(tmp_path):
-    """Colab's TPU runtime has no TensorFlow: the official Colab's fine-tune (notebook 05, Part 2)
-    names the install before it fetches a 400 MB checkpoint, and leaves no run folder behind."""
+    """Colab's TPU runtime has no TensorFlow: the official Colab's fine-tune (notebook 05's
+    appendix) names the install before it fetches a 400 MB checkpoint, and leaves no run folder
+    behind."""
     output = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=ROOT, KERAS_BACKEND="jax", KERAS_HOME=str(tmp_path / "keras"),
                KERAS_VIT_MIRROR="http://127.0.0.1:9")  # a download first: ConnectionError, exit 1
