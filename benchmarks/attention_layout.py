@@ -31,7 +31,8 @@ from keras_vit.models.registry import build_model
 
 
 class FusedAttention(attention.MultiHeadSelfAttention):
-    """q, k and v from one (D, 3D) Dense: inference only."""
+    """q, k and v from one (D, 3D) Dense. Its ``build`` and ``_project`` are also what
+    ``train_step.py``'s ``projections="fused"`` puts into every attention layer."""
 
     def build(self, input_shape):
         dim = input_shape[-1]
@@ -41,12 +42,14 @@ class FusedAttention(attention.MultiHeadSelfAttention):
         self.out = keras.layers.Dense(dim, dtype=self.dtype_policy, name="out")
         self.out.build(input_shape)
 
-    def call(self, inputs, training=None, bias=None):
+    def _project(self, inputs, bias):
         qkv = ops.reshape(self.qkv(inputs), (ops.shape(inputs)[0], -1, 3, self.num_heads,
                                              self.head_dim))
-        context = ops.dot_product_attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2],
-                                            flash_attention=False)
-        return self._output(context)
+        return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], bias
+
+    def call(self, inputs, training=None, bias=None):
+        q, k, v, _ = self._project(inputs, None)
+        return self._output(ops.dot_product_attention(q, k, v, flash_attention=False))
 
 
 class RawAttention(attention.MultiHeadSelfAttention):

@@ -130,7 +130,6 @@ def fuse_projections(concatenated=False):
     do not address, measured on the training step before ruling it in or out. ``concatenated``
     keeps the three ``Dense`` layers and concatenates their kernels and biases at every call
     into one product (``torch:projections="concatenated"``)."""
-    import keras
     from keras import ops
 
     from keras_vit.layers import attention
@@ -146,22 +145,11 @@ def fuse_projections(concatenated=False):
         attention.MultiHeadSelfAttention._project = project_concatenated
         return
 
-    def build(self, input_shape):
-        dim = input_shape[-1]
-        self.hidden_size, self.head_dim = dim, dim // self.num_heads
-        for name, width in (("qkv", 3 * dim), ("out", dim)):
-            layer = keras.layers.Dense(width, dtype=self.dtype_policy, name=name,
-                                       kernel_initializer=attention.FlatGlorotUniform(dim, dim))
-            setattr(self, name, layer)
-            layer.build(input_shape)
+    import attention_layout  # benchmarks/: the fused layout of the inference comparison
 
-    def project(self, inputs, bias):
-        qkv = ops.reshape(self.qkv(inputs), (ops.shape(inputs)[0], -1, 3, self.num_heads,
-                                             self.head_dim))
-        return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], bias
-
-    attention.MultiHeadSelfAttention.build = build
-    attention.MultiHeadSelfAttention._project = project
+    fused = attention_layout.FusedAttention
+    attention.MultiHeadSelfAttention.build = fused.build
+    attention.MultiHeadSelfAttention._project = fused._project
 
 
 def keras_training(spec, options, args):
