@@ -37,10 +37,13 @@ class FusedAttention(attention.MultiHeadSelfAttention):
     def build(self, input_shape):
         dim = input_shape[-1]
         self.hidden_size, self.head_dim = dim, dim // self.num_heads
-        self.qkv = keras.layers.Dense(3 * dim, dtype=self.dtype_policy, name="qkv")
-        self.qkv.build(input_shape)
-        self.out = keras.layers.Dense(dim, dtype=self.dtype_policy, name="out")
-        self.out.build(input_shape)
+        # The separate projections' fans (D, D), so that a model trained with this layout
+        # starts from the same distribution as the model's own.
+        for name, width in (("qkv", 3 * dim), ("out", dim)):
+            layer = keras.layers.Dense(width, dtype=self.dtype_policy, name=name,
+                                       kernel_initializer=attention.FlatGlorotUniform(dim, dim))
+            setattr(self, name, layer)
+            layer.build(input_shape)
 
     def _project(self, inputs, bias):
         qkv = ops.reshape(self.qkv(inputs), (ops.shape(inputs)[0], -1, 3, self.num_heads,
