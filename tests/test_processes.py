@@ -174,9 +174,10 @@ def test_a_process_killed_in_a_collective_stops_the_others(tmp_path):
 
 def _cli(out, folder, *options, **extra):
     return _launch(out, "cli", "train", "--epochs", "2", "--train-examples", "512",
-                   "--test-examples", "200", "--batch-size", "64", "--set", "patch_size=7",
-                   "--set", "hidden_size=16", "--set", "num_layers=1", "--set", "num_heads=2",
-                   "--set", "mlp_dim=32", "--warmup-steps", "2", "--mixup", "0.2",
+                   "--test-examples", "200", "--batch-size", "64", "--model", "small-vit",
+                   "--set", "patch_size=7", "--set", "hidden_size=16", "--set", "num_layers=1",
+                   "--set", "num_heads=2", "--set", "mlp_dim=32", "--warmup-steps", "2",
+                   "--mixup", "0.2",
                    "--verbose", "2", "--output", folder, *options, **extra)
 
 

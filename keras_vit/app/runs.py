@@ -16,7 +16,6 @@ import numpy as np
 
 from keras_vit import _optional, data
 from keras_vit.app import configs, run_files
-from keras_vit.app.configs import DEFAULT_MODEL, DEFAULT_OVERRIDES
 from keras_vit.app.errors import UsageError
 from keras_vit.distribution import accelerator, check_batch_size, evaluate, num_replicas, precision
 from keras_vit.pretrained import create_model
@@ -42,36 +41,61 @@ def _as_dict(config):
     return config.to_dict() if isinstance(config, configs.Config) else config
 
 
-def model_spec(config, channels=None):
-    """``(name, overrides)``: the default small ViT unless ``config.model`` names one.
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """The model of a run from scratch: ``label`` names its folder and title (``--model``'s
+    value), ``name`` and ``overrides`` are ``create_model``'s, ``image_size`` the side it takes
+    unless ``--image-size`` says (None: the dataset's own)."""
 
-    ``config``: a configuration with the model options, or a dict. The default model takes the
-    dataset's ``channels``; a named model keeps its own input channels (3 for the published
+    label: str
+    name: str
+    overrides: dict
+    image_size: int | None = None
+
+
+def model_spec(config, channels=None):
+    """The ``ModelSpec`` of ``config``: ``config.model``, else the command's small model for
+    the dataset (``configs.SMALL_MODELS``), with ``--set``'s overrides on top.
+
+    ``config``: a command's configuration, or a dict (read as ``train``'s). A small model takes
+    the dataset's ``channels``; a named model keeps its own input channels (3 for the published
     architectures) and the pipeline converts the images.
+
+    >>> spec = model_spec({"dataset": "digits", "set": ["num_layers=2"]}, channels=1)
+    >>> spec.label, spec.name, spec.overrides["num_layers"], spec.overrides["num_channels"]
+    ('small-vit', 'ViT-Ti/7', 2, 1)
+    >>> model_spec({}).label, model_spec({}).image_size
+    ('small-hybrid', 32)
     """
+    defaults = getattr(config, "DEFAULT_MODELS", configs.TrainConfig.DEFAULT_MODELS)
     config = _as_dict(config)
-    name = config.get("model")
-    overrides = {}
-    if name is None:
-        overrides.update(DEFAULT_OVERRIDES)
+    dataset = config.get("dataset") or configs.TrainConfig.dataset
+    label = config.get("model") or defaults.get(dataset, configs.SMALL_DEFAULT)
+    small = configs.SMALL_MODELS.get(label)
+    if small is None:
+        spec = ModelSpec(label, label, {})
+    else:
+        overrides = dict(small.overrides)
         if channels is not None:
             overrides["num_channels"] = channels
-    overrides.update(parse_overrides(config.get("set")))
-    return (name or DEFAULT_MODEL), overrides
+        spec = ModelSpec(label, small.name, overrides, small.image_size)
+    spec.overrides.update(parse_overrides(config.get("set")))
+    return spec
 
 
 def build_model(config, *, image_size, num_classes, channels=None, dtype=None):
     """The model of a run from scratch; ``dtype`` is the run's dtype policy unless ``--set
     dtype=...`` names one."""
+    spec = model_spec(config, channels)
     config = _as_dict(config)
-    name, overrides = model_spec(config, channels)
+    overrides = dict(spec.overrides)
     if dtype is not None:
         overrides.setdefault("dtype", dtype)
     if config.get("dropout") is not None:
         overrides["dropout_rate"] = config["dropout"]
     if config.get("head_bias_init") is not None:
         overrides["head_bias_init"] = config["head_bias_init"]
-    return create_model(name, image_size=image_size, num_classes=num_classes, **overrides)
+    return create_model(spec.name, image_size=image_size, num_classes=num_classes, **overrides)
 
 
 def count_examples(examples):

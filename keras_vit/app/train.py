@@ -36,7 +36,8 @@ class _Scratch:
 
 def _from_scratch(run, dtype=None, **pipeline_options):
     config, info = run.config, run.info
-    image_size, resize_size = data.resolution(info.name, config.image_size)
+    size = config.image_size or runs.model_spec(config).image_size
+    image_size, resize_size = data.resolution(info.name, size)
     model = runs.build_model(config, image_size=image_size, num_classes=info.num_classes,
                         channels=info.channels, dtype=dtype)
     examples = data.load_examples(info.name, "train", data_dir=config.data_dir,
@@ -208,7 +209,7 @@ def train(config):
     """
     config = configs.TrainConfig.coerce(config)
     _check_train_config(config)
-    model_name = runs.model_spec(config)[0]
+    model_name = runs.model_spec(config).label
     run = runs.begin(config, model_name)
     device = runs.device()
     # A CPU builds the model as it always did (no dtype passed): the timed default run is kept.
@@ -246,7 +247,7 @@ def pretrain_mpp(config):
     ``config``: a ``PretrainMppConfig`` or a dict of its fields.
     """
     config = configs.PretrainMppConfig.coerce(config)
-    model_name = runs.model_spec(config)[0]
+    model_name = runs.model_spec(config).label
     run = runs.begin(config, model_name)
     scratch = _from_scratch(run)  # (images, labels): the labels are not used
     try:

@@ -87,7 +87,8 @@ def test_run_plan_on_an_unknown_device_and_on_a_cpu(monkeypatch, capsys, b16):
 
 
 # `keras-vit train` on a tiny ViT, 2 steps: says its device, batch and precision, and trains in it
-TINY_TRAIN = {"set": ["patch_size=7", "hidden_size=16", "num_layers=1", "num_heads=2",
+TINY_TRAIN = {"model": "small-vit",
+              "set": ["patch_size=7", "hidden_size=16", "num_layers=1", "num_heads=2",
                       "mlp_dim=32"], "epochs": 1, "train_examples": 64, "test_examples": 32,
               "batch_size": 32, "warmup_steps": 1, "verbose": 0}
 
@@ -131,6 +132,7 @@ def test_train_says_its_device_and_precision(monkeypatch, capsys, tmp_path, devi
 def test_a_dtype_set_on_the_command_line_is_kept():
     options = dict(image_size=28, num_classes=10, channels=1, dtype="mixed_float16")
     tiny = TINY_TRAIN["set"]
-    assert runs.build_model({"set": tiny}, **options).dtype_policy.name == "mixed_float16"
-    model = runs.build_model({"set": [*tiny, "dtype=float32"]}, **options)
+    vit = {"model": "small-vit", "set": tiny}
+    assert runs.build_model(vit, **options).dtype_policy.name == "mixed_float16"
+    model = runs.build_model(dict(vit, set=[*tiny, "dtype=float32"]), **options)
     assert model.dtype_policy.name == "float32"

@@ -9,13 +9,15 @@ import keras
 import numpy as np
 import pytest
 
+from keras_vit import create_model
 from keras_vit.app import cli, configs, finetune, run_files, runs, train
 from tests.conftest import fixture_path, installed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = ["--train-examples", "256", "--test-examples", "64", "--batch-size", "64",
-        "--set", "patch_size=7", "--set", "hidden_size=16", "--set", "num_layers=1",
-        "--set", "num_heads=2", "--set", "mlp_dim=32", "--warmup-steps", "2", "--verbose", "0"]
+        "--model", "small-vit", "--set", "patch_size=7", "--set", "hidden_size=16",
+        "--set", "num_layers=1", "--set", "num_heads=2", "--set", "mlp_dim=32",
+        "--warmup-steps", "2", "--verbose", "0"]
 
 
 @pytest.fixture(scope="module")
@@ -177,9 +179,43 @@ def test_train_defaults_are_the_measured_recipe():
     assert args.time_budget == 600.0  # the epochs are planned to end within the 10 minutes
     assert (args.learning_rate, args.weight_decay, args.label_smoothing) == (4e-3, 0.05, 0.1)
     assert (args.augmentation, args.resize_size, args.model, args.set) == (None, None, None, [])
-    name, overrides = runs.model_spec(vars(args), channels=1)
-    assert name == "ViT-Ti/7" and overrides == dict(
-        hidden_size=64, num_layers=3, num_heads=4, mlp_dim=256, classifier="gap", num_channels=1)
+    spec = runs.model_spec(vars(args), channels=1)
+    assert (spec.label, spec.image_size) == ("small-hybrid", 32)
+    model = runs.build_model(configs.TrainConfig(), image_size=32, num_classes=10, channels=1)
+    # the measured command: keras-vit train --image-size 32 --set patch_size=2
+    #   --set 'stem={"num_layers": [], "width_factor": 0.5}'  (a ViT-Ti/7 default underneath)
+    measured = create_model("ViT-Ti/7", image_size=32, num_classes=10, num_channels=1,
+                            hidden_size=64, num_layers=3, num_heads=4, mlp_dim=256,
+                            classifier="gap", patch_size=2,
+                            stem={"num_layers": [], "width_factor": 0.5})
+    assert model.get_config() == measured.get_config() and model.count_params() == 161_642
+
+
+def test_the_small_vit_is_one_flag_away_and_the_default_where_the_hybrid_is_not():
+    small_vit = dict(hidden_size=64, num_layers=3, num_heads=4, mlp_dim=256, classifier="gap",
+                     num_channels=1)
+    for config in (configs.TrainConfig(model="small-vit"), configs.TrainConfig(dataset="digits"),
+                   configs.PretrainMppConfig()):  # MPP predicts the pixels of plain patches
+        spec = runs.model_spec(config, channels=1)
+        assert (spec.label, spec.name, spec.image_size) == ("small-vit", "ViT-Ti/7", None)
+        assert spec.overrides == small_vit
+    named = runs.model_spec(configs.TrainConfig(model="ViT-B/16", set=["num_layers=2"]), 1)
+    assert (named.label, named.name, named.overrides) == ("ViT-B/16", "ViT-B/16",
+                                                          {"num_layers": 2})
+
+
+@pytest.mark.fashion_mnist
+def test_the_default_model_trains_at_its_own_size(tmp_path, capsys):
+    out = str(tmp_path / "hybrid")
+    tiny = ["--train-examples", "128", "--test-examples", "64", "--batch-size", "64",
+            "--set", "hidden_size=16", "--set", "num_layers=1", "--set", "num_heads=2",
+            "--set", "mlp_dim=32", "--epochs", "1", "--no-validate", "--verbose", "0"]
+    assert cli.main(["train", *tiny, "--output", out]) == 0
+    config = _metrics(out)["model_config"]["config"]
+    assert config["image_size"] == [32, 32] and config["stem"]["width_factor"] == 0.5
+    assert cli.main(["train", *tiny, "--image-size", "28", "--output", out + "28"]) == 1
+    assert "not a multiple of the patch size times the ResNet stem stride (8)" in \
+        capsys.readouterr().err
 
 
 @pytest.mark.parametrize("command", sorted(configs.COMMANDS))

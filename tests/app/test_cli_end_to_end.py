@@ -21,8 +21,8 @@ from keras_vit.app import cli, run_files
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 QUIET = ["--verbose", "0"]
 SMALL_DATA = ["--train-examples", "64", "--test-examples", "32", "--batch-size", "32"]
-TINY_VIT = ["--set", "patch_size=7", "--set", "hidden_size=16", "--set", "num_layers=1",
-            "--set", "num_heads=2", "--set", "mlp_dim=32"]
+TINY_VIT = ["--model", "small-vit", "--set", "patch_size=7", "--set", "hidden_size=16",
+            "--set", "num_layers=1", "--set", "num_heads=2", "--set", "mlp_dim=32"]
 CHANCE = 0.1
 
 

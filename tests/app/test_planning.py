@@ -21,8 +21,8 @@ from keras_vit.training.recipes import classification_loss, pretraining_optimize
 from keras_vit.training.schedules import AdjustableWarmupDecay
 
 TINY = ["--train-examples", "256", "--test-examples", "64", "--batch-size", "64",
-        "--set", "patch_size=7", "--set", "hidden_size=16", "--set", "num_layers=1",
-        "--set", "num_heads=2", "--set", "mlp_dim=32", "--verbose", "0"]
+        "--model", "small-vit", "--set", "patch_size=7", "--set", "hidden_size=16",
+        "--set", "num_layers=1", "--set", "num_heads=2", "--set", "mlp_dim=32", "--verbose", "0"]
 
 
 def _costs(step=0.05, **changes):

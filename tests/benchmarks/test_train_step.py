@@ -54,7 +54,7 @@ def test_table_ratios_are_per_round(capsys):
         def __init__(self, impl, seconds, ops=None):
             self.impl, self.seconds, self.cpu_seconds, self.ops = impl, seconds, seconds, ops
 
-    args = train_step.argparse.Namespace(model="default", batch=256, device="cpu", ops=True)
+    args = train_step.argparse.Namespace(model="small-vit", batch=256, device="cpu", ops=True)
     text = train_step.table([W("torch", [0.04, 0.08], 3790), W("timm", [0.02, 0.08], 2746)],
                             args)
     assert "| keras_vit, torch backend | 60.0 (40.0-80.0) |" in text
@@ -111,7 +111,7 @@ def test_the_flax_step_trains_and_times(tmp_path, monkeypatch):
     _stand_in(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))  # the snapshot's folder is put first
     args = train_step.argparse.Namespace(batch=4, steps=3, vit_jax=str(tmp_path))
-    run = train_step.flax_training(train_step.MODELS["default"], args)
+    run = train_step.flax_training(train_step.MODELS["small-vit"], args)
     seconds, cpu_seconds = run()
     assert seconds > 0 and cpu_seconds > 0
     assert run()[0] > 0  # the donated state is carried from call to call
@@ -165,7 +165,7 @@ def test_one_product_for_queries_keys_and_values(monkeypatch, projections):
     x = np.random.default_rng(0).normal(size=(2, 5, 16)).astype("float32")
     separate = layer_class(num_heads=4)
     expected = keras.ops.convert_to_numpy(separate(x))
-    spec = dict(train_step.MODELS["default"], steps=2)
+    spec = dict(train_step.MODELS["small-vit"], steps=2)
     args = train_step.argparse.Namespace(batch=4, steps=2, device="cpu")
     model, run = train_step.keras_training(spec, {"projections": projections}, args)
     assert run()[0] > 0
