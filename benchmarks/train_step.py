@@ -3,6 +3,7 @@
 One command, one table (issue 19):
 
     python benchmarks/train_step.py                         # the small ViT, CPU
+    python benchmarks/train_step.py --model small-hybrid    # `keras-vit train`'s default
     python benchmarks/train_step.py --model vit-s16         # ViT-S/16 at 224 px
     python benchmarks/train_step.py --impl jax torch timm --rounds 5
     python benchmarks/train_step.py --impl "jax:steps_per_execution=8" "torch:jit_compile=true"
@@ -17,16 +18,15 @@ One command, one table (issue 19):
 
 The step is the one `keras-vit train` runs: AdamW (weight decay 0.05) on a warmup + cosine
 schedule, global-norm clipping at 1, softmax cross-entropy with label smoothing 0.1, accuracy
-metric, batch 256 of 28x28x1 images for the small ViT. keras_vit steps are `model.fit` on
-in-memory arrays; timm's are the loop a PyTorch user writes (eager, or `torch.compile`d with
-`timm-compile`), with the same optimizer, clipping and loss, and the same model; `flax` is what a
-JAX user writes instead, the official vit_jax model (`models_vit.VisionTransformer`, from a
-snapshot of github.com/google-research/vision_transformer that `--vit-jax` names: `git clone` it,
-the package index has no vit_jax) under an optax AdamW step, jitted with its state donated. timm's
-GELU is
-set to the tanh approximation of keras_vit's models (on this CPU torch's tanh GELU took about 2
-ms more CPU time a layer, forward and backward at batch 256, than its exact one; `timm:gelu=erf`
-for timm's default).
+metric, batch 256 of 28x28x1 images for the small ViT (32x32x1 for the small hybrid). keras_vit
+steps are `model.fit` on in-memory arrays; timm's are the loop a PyTorch user writes (eager, or
+`torch.compile`d with `timm-compile`), with the same optimizer, clipping and loss, and the same
+model; `flax` is what a JAX user writes instead, the official vit_jax model
+(`models_vit.VisionTransformer`, from a snapshot of github.com/google-research/vision_transformer
+that `--vit-jax` names: `git clone` it, the package index has no vit_jax) under an optax AdamW
+step, jitted with its state donated. timm's GELU is set to the tanh approximation of keras_vit's
+models (on this CPU torch's tanh GELU took about 2 ms more CPU time a layer, forward and backward
+at batch 256, than its exact one; `timm:gelu=erf` for timm's default).
 
 Each implementation lives in its own worker process (a Keras backend is fixed per process), built
 and warmed up once. On the CPU the workers then take turns: every round times `--steps` steps of
@@ -61,6 +61,13 @@ MODELS = {
     "small-vit": dict(name="ViT-Ti/7", image_size=28, channels=1, num_classes=10, hidden_size=64,
                     num_layers=3, num_heads=4, mlp_dim=256, classifier="gap", batch=256,
                     steps=20),
+    # `keras-vit train`'s default on Fashion-MNIST (`--model small-hybrid`): the same encoder on
+    # 2x2 patches of a half-width ResNet root (stride 4) at 32 px; timm's and vit_jax's hybrids
+    # take the same root (their R+ViT-Ti/16 with another width and patch).
+    "small-hybrid": dict(name="ViT-Ti/2", image_size=32, channels=1, num_classes=10,
+                         hidden_size=64, num_layers=3, num_heads=4, mlp_dim=256,
+                         classifier="gap", stem={"num_layers": [], "width_factor": 0.5},
+                         batch=256, steps=20),
     "vit-s16": dict(name="ViT-S/16", image_size=224, channels=3, num_classes=1000,
                     hidden_size=384, num_layers=12, num_heads=6, mlp_dim=1536,
                     classifier="token", batch=8, steps=3),
@@ -88,13 +95,28 @@ REQUIREMENTS = {"jax": ("jax", "pip install jax"),
 
 
 def train_macs(spec):
-    """Multiply-adds per image of the forward pass (the matrix products; a step is ~3x)."""
-    grid = (spec["image_size"] // int(spec["name"].split("/")[1])) ** 2
+    """Multiply-adds per image of the forward pass (the matrix products and, for a hybrid, its
+    root's 7x7 convolution; a step is ~3x)."""
+    patch, size, channels = int(spec["name"].split("/")[1]), spec["image_size"], spec["channels"]
+    root = 0
+    if spec.get("stem"):
+        _check_root(spec["stem"])
+        width = int(64 * spec["stem"]["width_factor"])
+        root = (size // 2) ** 2 * 7 * 7 * channels * width
+        size, channels = size // 4, width
+    grid = (size // patch) ** 2
     tokens = grid + (spec["classifier"] == "token")
-    d, m, patch = spec["hidden_size"], spec["mlp_dim"], int(spec["name"].split("/")[1])
+    d, m = spec["hidden_size"], spec["mlp_dim"]
     block = tokens * (4 * d * d + 2 * d * m) + 2 * tokens * tokens * d
-    return grid * patch**2 * spec["channels"] * d + spec["num_layers"] * block \
+    return root + grid * patch**2 * channels * d + spec["num_layers"] * block \
         + d * spec["num_classes"]
+
+
+def _check_root(stem):
+    if stem.get("num_layers"):
+        raise ValueError("The step benchmark's hybrids are the ResNet root alone (stem "
+                         f"num_layers []), got {stem['num_layers']}: add the stages to timm's "
+                         "and vit_jax's models here first.")
 
 
 def _data(spec, batch, steps, channels_last):
@@ -212,9 +234,20 @@ def timm_model(spec, options, image_size=None):
     from timm.models.vision_transformer import VisionTransformer
 
     gap = spec["classifier"] == "gap"
+    hybrid = {}
+    if spec.get("stem"):  # timm's R+ViT root: 7x7 convolution, GroupNorm, ReLU, max-pool
+        from timm.layers import StdConv2dSame
+        from timm.models.resnetv2 import create_resnetv2_stem
+        from timm.models.vision_transformer_hybrid import HybridEmbed
+
+        _check_root(spec["stem"])
+        root = create_resnetv2_stem(
+            spec["channels"], int(64 * spec["stem"]["width_factor"]), stem_type="same",
+            preact=False, conv_layer=functools.partial(StdConv2dSame, eps=1e-8))
+        hybrid["embed_layer"] = functools.partial(HybridEmbed, backbone=root)
     return VisionTransformer(
         img_size=image_size or spec["image_size"], patch_size=int(spec["name"].split("/")[1]),
-        in_chans=spec["channels"], num_classes=spec["num_classes"],
+        in_chans=spec["channels"], num_classes=spec["num_classes"], **hybrid,
         embed_dim=spec["hidden_size"], depth=spec["num_layers"], num_heads=spec["num_heads"],
         mlp_ratio=spec["mlp_dim"] / spec["hidden_size"], class_token=not gap,
         global_pool="avg" if gap else "token", fc_norm=False,
@@ -296,8 +329,14 @@ def flax_training(spec, args):
     from vit_jax import models_vit
 
     patch = int(spec["name"].split("/")[1])
+    hybrid = {}
+    if spec.get("stem"):
+        _check_root(spec["stem"])
+        hybrid["resnet"] = types.SimpleNamespace(num_layers=(),
+                                                 width_factor=spec["stem"]["width_factor"])
     model = models_vit.VisionTransformer(
         num_classes=spec["num_classes"], patches=types.SimpleNamespace(size=(patch, patch)),
+        **hybrid,
         hidden_size=spec["hidden_size"], classifier=spec["classifier"], representation_size=None,
         transformer=dict(num_layers=spec["num_layers"], num_heads=spec["num_heads"],
                          mlp_dim=spec["mlp_dim"], dropout_rate=0.0, attention_dropout_rate=0.0))

@@ -86,9 +86,15 @@ class AtomicBackup(keras.callbacks.BackupAndRestore):
 
     def _save_model(self):
         if not is_writer():
-            with tempfile.TemporaryDirectory() as elsewhere:  # Keras' gathering, not its file
+            # Keras' gathering of the variables, not its files, nor the folder it creates when
+            # it finds none: a process that gets there before process 0 would make it.
+            with tempfile.TemporaryDirectory() as elsewhere:
+                backup_dir, self.backup_dir = self.backup_dir, elsewhere
                 self._point_at(elsewhere)
-                super()._save_model()
+                try:
+                    super()._save_model()
+                finally:
+                    self.backup_dir = backup_dir
             return
         name = f"epoch{self._current_epoch:05d}-batch{self._last_batch_seen:07d}"
         staging = os.path.join(self.backup_dir, name + ".partial")

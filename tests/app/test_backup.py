@@ -63,3 +63,15 @@ def test_a_half_written_backup_is_not_resumed(tmp_path):
     (backup_dir / "epoch00003-batch0000000.partial" / "latest.weights.h5").write_bytes(b"\x89HDF")
     assert run_files.AtomicBackup.latest(str(backup_dir)) is None
     assert not run_files.has_backup(str(tmp_path))
+
+
+def test_a_process_that_does_not_write_leaves_the_run_folder_alone(tmp_path, monkeypatch):
+    """In a run of several processes only process 0 writes; the others still take part in
+    Keras' save (it gathers the variables), in a folder of their own: none creates the backup
+    folder, even when it comes first."""
+    monkeypatch.setattr(run_files, "is_writer", lambda: False)
+    backup_dir = str(tmp_path / "backup")
+    model = _model()
+    model.fit(*_data(), batch_size=8, epochs=2, verbose=0,
+              callbacks=[run_files.AtomicBackup(backup_dir)])
+    assert not os.path.exists(backup_dir) and os.listdir(tmp_path) == []

@@ -173,3 +173,27 @@ def test_one_product_for_queries_keys_and_values(monkeypatch, projections):
     assert any("/qkv/" in p for p in paths) == (projections == "fused")
     if projections == "concatenated":
         np.testing.assert_allclose(keras.ops.convert_to_numpy(separate(x)), expected, atol=1e-6)
+
+
+def test_the_small_hybrid_is_the_commands_default_and_timm_builds_its_shape():
+    """The benchmark's "small-hybrid" is `keras-vit train`'s default on Fashion-MNIST; timm's
+    model of that shape (its R+ViT root) has the same parameters and takes the same images."""
+    from keras_vit.app import configs, runs
+
+    spec = train_step.MODELS["small-hybrid"]
+    model = train_step.keras_model(spec)
+    default = runs.build_model(configs.TrainConfig(), image_size=32, num_classes=10, channels=1)
+    assert model.get_config() == default.get_config()
+    # root 16x16 outputs x 7x7x1x32, then the 16 tokens of the small encoder
+    tokens = 16 * (4 * 64 * 64 + 2 * 64 * 256) + 2 * 16 * 16 * 64
+    assert train_step.train_macs(spec) == 16 * 16 * 49 * 32 + 16 * 2 * 2 * 32 * 64 + \
+        3 * tokens + 64 * 10
+    if importlib.util.find_spec("timm") is None:
+        pytest.skip("timm builds the same shape where it is installed (pip install --no-deps timm)")
+    import torch
+
+    timm = train_step.timm_model(spec, {})
+    assert sum(p.numel() for p in timm.parameters()) == model.count_params()
+    assert tuple(timm(torch.zeros(2, 1, 32, 32)).shape) == (2, 10)
+    with pytest.raises(ValueError, match="the ResNet root alone"):
+        train_step.train_macs(dict(spec, stem={"num_layers": [2], "width_factor": 1}))
