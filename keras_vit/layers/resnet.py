@@ -317,12 +317,16 @@ UNITS = {"hybrid": PostActivationUnit, "bit": PreActivationUnit}
 
 
 def max_pool_3x3_stride_2(x):
-    """3x3/2 'valid' max-pool of NHWC ``x``, as the maximum of nine strided slices.
+    """3x3/2 'valid' max-pool of NHWC ``x``: the backend's pooling, on jax the maximum of nine
+    strided slices.
 
-    The numbers are those of ``MaxPooling2D(3, 2, "valid")`` (a maximum is exact). Slices
-    export to every format; the jax backend's pooling primitive becomes a 4-D ONNX ``MaxPool``
-    under jax2onnx, which onnxruntime rejects.
+    The numbers are the same (a maximum is exact). jax's pooling primitive becomes a 4-D ONNX
+    ``MaxPool`` under jax2onnx, which onnxruntime rejects, so jax takes the slices, which export
+    to every format. The other backends pool: on torch the slices' backward (a comparison and a
+    masked fill per slice) took a quarter of the small hybrid's training step.
     """
+    if keras.backend.backend() != "jax":
+        return ops.max_pool(x, 3, strides=2, padding="valid")
     out = None
     for i in range(3):
         rows = x[:, i : (i - 2) or None : 2]  # ends -2, -1, None: floor((n - 1) / 2) outputs
