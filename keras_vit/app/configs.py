@@ -60,7 +60,7 @@ SMALL_MODELS = {
     # The paper's hybrid (Sec. 3.1) with the ResNet root alone (a 7x7 convolution and a max
     # pool, stride 4, half width) and 2x2 patches of its feature map: 32 px images give the
     # small ViT's 4x4 grid of 28 px ones. It learns more per epoch than it loses per step
-    # (Sec. 4.4: hybrids lead at small compute), ahead at every budget measured.
+    # (Sec. 4.4: hybrids lead at small compute): level or ahead at every budget measured.
     "small-hybrid": SmallModel("R+ViT-Ti/16",
                                dict(_SMALL_ENCODER, patch_size=2, stem_width_factor=0.5), 32,
                                "the small encoder on 2x2 patches of a half-width ResNet root, "
