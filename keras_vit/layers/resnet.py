@@ -322,8 +322,8 @@ def max_pool_3x3_stride_2(x):
 
     The numbers are the same (a maximum is exact). jax's pooling primitive becomes a 4-D ONNX
     ``MaxPool`` under jax2onnx, which onnxruntime rejects, so jax takes the slices, which export
-    to every format. The other backends pool: on torch the slices' backward (a comparison and a
-    masked fill per slice) took a quarter of the small hybrid's training step.
+    to every format. The other backends pool: on torch the slices' backward is a comparison and
+    masked fills per slice, far more work than one pooling's.
     """
     if keras.backend.backend() != "jax":
         return ops.max_pool(x, 3, strides=2, padding="valid")
