@@ -323,9 +323,17 @@ def max_pool_3x3_stride_2(x):
     The numbers are the same (a maximum is exact). jax's pooling primitive becomes a 4-D ONNX
     ``MaxPool`` under jax2onnx, which onnxruntime rejects, so jax takes the slices, which export
     to every format. The other backends pool: on torch the slices' backward is a comparison and
-    masked fills per slice, far more work than one pooling's.
+    masked fills per slice, far more work than one pooling's. On torch the pooling is handed
+    the NCHW view of ``x``: Keras' channels-last pooling copies its input into NCHW order (and
+    the gradient back), while torch pools the view as it lies in memory and returns a result
+    whose NHWC view is contiguous.
     """
-    if keras.backend.backend() != "jax":
+    backend = keras.backend.backend()
+    if backend == "torch":
+        nchw = ops.transpose(x, (0, 3, 1, 2))
+        pooled = ops.max_pool(nchw, 3, strides=2, padding="valid", data_format="channels_first")
+        return ops.transpose(pooled, (0, 2, 3, 1))
+    if backend != "jax":
         return ops.max_pool(x, 3, strides=2, padding="valid")
     out = None
     for i in range(3):

@@ -13,6 +13,7 @@ from keras_vit.layers.resnet import (
     PreActivationUnit,
     StandardizedConv2D,
     group_norm,
+    max_pool_3x3_stride_2,
     standardized_conv,
 )
 
@@ -83,6 +84,36 @@ def test_bit_root_pads_max_pool_with_zeros():
     minus_inf = pool(np.pad(conv, ((1, 1), (1, 1), (0, 0)), constant_values=-np.inf))
     np.testing.assert_allclose(out[0], zeros, atol=1e-6)
     assert np.abs(zeros - minus_inf).max() > 0  # the padding value matters on this input
+
+
+@pytest.mark.parametrize("side", [7, 8, 17])
+def test_max_pool_3x3_stride_2_is_the_windows_maximum(side):
+    x = np.random.default_rng(side).normal(size=(2, side, side + 1, 3)).astype("float32")
+    out = _numpy(max_pool_3x3_stride_2(x))
+    rows, cols = (side - 1) // 2, side // 2
+    expected = np.stack([np.stack([x[:, 2 * i:2 * i + 3, 2 * j:2 * j + 3].max(axis=(1, 2))
+                                   for j in range(cols)], axis=1) for i in range(rows)], axis=1)
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_max_pool_3x3_stride_2_makes_no_copy_on_torch():
+    # Keras' channels-last pooling on torch copies its input into NCHW order and the gradient
+    # back; the root pools the NCHW view instead (at batch 256, a seventh of the small hybrid's
+    # training step was these copies). Counts of operations do not depend on the machine.
+    if keras.backend.backend() != "torch":
+        pytest.skip("the copies are those of Keras' torch backend")
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(4, 17, 17, 32, requires_grad=True)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as trace:
+        out = max_pool_3x3_stride_2(x)
+        out.backward(torch.randn(out.shape))  # a dense gradient, as the next layer's
+    assert out.is_contiguous()
+    sizes = ([4, 32, 17, 17], [4, 17, 17, 32])
+    copies = [e for e in trace.events() if e.name == "aten::copy_"
+              and any(list(shape) in sizes for shape in e.input_shapes)]
+    assert not copies, [e.input_shapes for e in copies]
 
 
 @pytest.mark.parametrize("num_layers,stride,channels", [
