@@ -42,6 +42,11 @@ Each row measures, in its process:
   random head; float32 at full precision, no TF32), relative to the largest float32 logit,
   over the 224 px inference batch.
 
+With ``--profile``, each row also profiles one more round of its training step after the timed
+ones (``train_step``'s profilers): on a GPU the kernels by their time on the card, on a CPU the
+operations, and for the torch rows the ATen operations a step dispatches; the lines follow the
+table.
+
 Every row uses one batch; inputs are uniform in [-1, 1]. A share of the matmul rate is images/s
 x FLOPs an image (x3 for a training step) over the card's rate. A batch that does not fit is
 halved until it does (the row says so); a framework that is not installed makes its row say
@@ -200,6 +205,11 @@ def _training_result(run, batch, args):
             "images_per_s": batch / statistics.median(seconds)}
 
 
+def _torch_profile(run, args):
+    count, shares = train_step._torch_profile(run, 12, args.device)
+    return {"shares": shares, "aten_ops_per_step": count / args.steps}
+
+
 def _relative_difference(low, reference):
     import numpy as np
 
@@ -285,6 +295,7 @@ class KerasRow:
         self.shape = {k: v for k, v in options.items() if k in train_step.SHAPE_KEYS}
         self.compile_options = {k: v for k, v in options.items() if k not in self.shape}
         self.policy = "mixed_bfloat16"
+        self.run = None  # the last measured training step's
 
     def setup(self):
         if self.backend == "jax":
@@ -336,8 +347,14 @@ class KerasRow:
         options = {**self.shape, **self.compile_options, "dtype_policy": self.policy}
         step_args = types.SimpleNamespace(device=self.args.device, batch=batch,
                                           steps=self.args.steps)
-        _, run = train_step.keras_training(self.args.spec, options, step_args)
-        return {**_training_result(run, batch, self.args), "peak_bytes": self.peak_bytes()}
+        _, self.run = train_step.keras_training(self.args.spec, options, step_args)
+        return {**_training_result(self.run, batch, self.args), "peak_bytes": self.peak_bytes()}
+
+    def profile(self):
+        """Where a round of the measured training step goes (``train_step``'s profiles)."""
+        if self.backend == "jax":
+            return {"shares": train_step._xla_profile(self.run, 12, self.args.device)}
+        return _torch_profile(self.run, self.args)
 
     def inference(self, size, batch):
         """(model, images on the device, a call that predicts them), compiled by a first
@@ -375,6 +392,7 @@ class TimmRow:
 
         self.torch, self.args, self.compiled = torch, args, compiled
         self.device = "cuda" if args.device == "gpu" else "cpu"
+        self.run = None  # the last measured training step's
         # timm's own GELU: the model is timm's vit_base_patch16_224 as its users build it.
         self.options = {"gelu": "erf"}
         if compiled:
@@ -415,11 +433,15 @@ class TimmRow:
             torch.cuda.reset_peak_memory_stats()
         step_args = types.SimpleNamespace(device=self.args.device, batch=batch,
                                           steps=self.args.steps)
-        run = train_step.timm_training(self.args.spec, self.compiled, self.options, step_args,
-                                       mixed=True, backend=self.args.compile_backend)[2]
-        result = _training_result(run, batch, self.args)
+        self.run = train_step.timm_training(self.args.spec, self.compiled, self.options,
+                                            step_args, mixed=True,
+                                            backend=self.args.compile_backend)[2]
+        result = _training_result(self.run, batch, self.args)
         peak = torch.cuda.max_memory_allocated() if self.device == "cuda" else None
         return {**result, "peak_bytes": peak}
+
+    def profile(self):
+        return _torch_profile(self.run, self.args)
 
     def inference(self, size, batch):
         torch = self.torch
@@ -468,7 +490,10 @@ def row_worker(args):
         result, too_large = with_lowered_batch(impl.train, args.batch, impl.free)
         return {**result, "too_large": too_large}
 
-    _measured("train", train)  # first: jax's peak memory is the process's
+    trained = _measured("train", train)  # first: jax's peak memory is the process's
+    if args.profile and trained is not None:
+        _measured("profile", impl.profile)
+    impl.run = None  # the step's model and optimizer, freed with the rest
     impl.free()
     _measured("matmul", impl.matmul)
     prepared = {}
@@ -612,7 +637,7 @@ def run_worker(command, env, limit):
 
 def _command(name, args):
     command = [sys.executable, os.path.abspath(__file__), "--worker", name, "--size", args.size,
-               "--batch", str(args.batch or 0)]
+               "--batch", str(args.batch or 0)] + (["--profile"] if args.profile else [])
     if args.card_gib:
         command += ["--card-gib", str(args.card_gib)]
     return command
@@ -641,7 +666,7 @@ def run_row(name, args, limit):
         row["errors"] = errors
         if row["status"] == "ok":
             row["status"] = "errors"
-    for key in ("setup", "matmul", "train", "logits"):
+    for key in ("setup", "matmul", "train", "profile", "logits"):
         row[key] = parts.get(key)
     row["inference"] = {str(s): parts[f"inference-{s}"] for s in args.inference_sizes
                         if f"inference-{s}" in parts}
@@ -808,7 +833,22 @@ def orchestrate(args):
     _finish(results, args, start)
     print(header(results))
     print(table(results))
+    if args.profile:
+        print(profiles(results))
     return results
+
+
+def profiles(results):
+    """One line a row: where its training step's time went, and its ATen operations a step."""
+    lines = ["", "Where a training step's time goes (one profiled round):"]
+    for name, row in results["rows"].items():
+        profile = row.get("profile") or {}
+        error = (row.get("errors") or {}).get("profile")
+        shares = ", ".join(f"{kind} {share:.0%}" for kind, share in profile.get("shares", []))
+        ops = profile.get("aten_ops_per_step")
+        lines.append(f"- {row.get('label', name)}: {shares or error or 'not profiled'}"
+                     + (f" ({ops:,.0f} ATen ops a step)" if ops else ""))
+    return "\n".join(lines)
 
 
 def _choose_batch(results, args):
@@ -850,6 +890,12 @@ def parse(argv=None):
     parser.add_argument("--out", help="write every number to this JSON file (after each row)")
     parser.add_argument("--jobs", type=int, help="workers at a time on a CPU (default 2 at toy "
                         "size; 1 on a GPU, where rows would share the card)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also say where each row's training step goes (one more round "
+                        "under its profiler, after the timed ones): on a GPU its kernels by "
+                        "their time on the card (torch.profiler; jax.profiler's stream lines), "
+                        "on a CPU the operations; torch rows also count the ATen operations a "
+                        "step dispatches")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--card-gib", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

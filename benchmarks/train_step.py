@@ -400,26 +400,47 @@ def _shares(durations, top):
     return [(kind, seconds / total) for kind, seconds in ranked]
 
 
-def _torch_profile(run, top=8):
+def _torch_profile(run, top=8, device="cpu"):
     """One round under torch.profiler: ``(ATen operations it issued, every dispatched op, nested
-    ones included; where its CPU time went, ATen operations by self time)``."""
+    ones included; where its time went)``: on a CPU ATen operations by self CPU time, on a GPU
+    the kernels by their time on the device."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU]) as trace:
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "gpu" else [])
+    with profile(activities=activities) as trace:
         run()
+    return _torch_shares(trace.key_averages(), top, device)
+
+
+def _torch_shares(events, top, device):
+    """``_torch_profile``'s answer from torch.profiler's averaged events."""
     count, durations = 0, {}
-    for event in trace.key_averages():
+    for event in events:
         if event.key.startswith("aten::"):
             count += event.count
-            kind = _kind(event.key)
-            durations[kind] = durations.get(kind, 0.0) + event.self_cpu_time_total
+            if device != "gpu":
+                kind = _kind(event.key)
+                durations[kind] = durations.get(kind, 0.0) + event.self_cpu_time_total
+        elif device == "gpu" and event.device_type.name == "CUDA":
+            kind = _kernel_kind(event.key)
+            durations[kind] = durations.get(kind, 0.0) + event.self_device_time_total
+    if device == "gpu" and not durations:
+        raise RuntimeError("the profile holds no CUDA kernel (is CUPTI, which torch.profiler "
+                           "reads kernels through, installed with torch?)")
     return count, _shares(durations, top)
 
 
-def _xla_profile(run, top=8):
-    """Where one round's time goes in XLA:CPU: its compiled operations (fusions, dots,
-    copies...) by kind, from a jax.profiler trace."""
-    import collections
+def _kernel_kind(name):
+    """A GPU kernel's kind: its name without ``void``, namespaces, template or call arguments
+    and numbering (``triton_poi_fused_add_3`` -> ``triton_poi_fused_add``)."""
+    name = re.split(r"[<(]", name.removeprefix("void "), maxsplit=1)[0]
+    name = re.sub(r"_\d+$", "", name.rsplit("::", 1)[-1].strip())
+    return _kind(name)[:60] or "?"
+
+
+def _xla_profile(run, top=8, device="cpu"):
+    """Where one round's time goes: on a CPU XLA:CPU's compiled operations (fusions, dots,
+    copies...) by kind, on a GPU the kernels on the card's streams; from a jax.profiler trace."""
     import glob
     import gzip
 
@@ -432,14 +453,39 @@ def _xla_profile(run, top=8):
         with gzip.open(path) as file:
             trace = json.load(file)
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    xla = {(e["pid"], e["tid"]) for e in events if e.get("ph") == "M"
-           and e.get("name") == "thread_name" and "XLA" in e["args"]["name"]}
+    return _xla_shares(events, top, device)
+
+
+def _xla_shares(events, top, device):
+    """``_xla_profile``'s answer from the trace's events. A CPU's operations lie on the threads
+    named XLA (less the executor's spans, which enclose them); a GPU's kernels on the "Stream"
+    lines of its ``/device:GPU`` process (else its "XLA Ops" line). A trace without such lines
+    is an error that names the lines it has, to read where the kernels went."""
+    import collections
+
+    def names(kind):
+        return {(e["pid"], e.get("tid")) if kind == "thread_name" else e["pid"]: e["args"]["name"]
+                for e in events if e.get("ph") == "M" and e.get("name") == kind}
+
+    processes, threads = names("process_name"), names("thread_name")
+    if device == "gpu":
+        gpus = {pid for pid, name in processes.items() if "GPU" in name}
+        lanes = {key for key, name in threads.items() if key[0] in gpus and "Stream" in name}
+        # Without stream lines, the per-operation line that xprof derives from them.
+        lanes = lanes or {key for key, name in threads.items()
+                          if key[0] in gpus and name == "XLA Ops"}
+    else:
+        lanes = {key for key, name in threads.items() if "XLA" in name}
     durations = collections.Counter()
     for event in events:
-        # The executor's own spans enclose the operations: leave them out.
-        if event.get("ph") == "X" and (event["pid"], event["tid"]) in xla and not re.match(
+        if event.get("ph") == "X" and (event["pid"], event.get("tid")) in lanes and not re.match(
                 r"(ThunkExecutor|SlinkyThreadPool)", event["name"]):
-            durations[_kind(event["name"])] += event.get("dur", 0)
+            kind = _kernel_kind(event["name"]) if device == "gpu" else _kind(event["name"])
+            durations[kind] += event.get("dur", 0)
+    if not durations:
+        raise RuntimeError(f"no {device.upper()} operations in the trace: its processes are "
+                           f"{sorted(set(processes.values()))}, its threads "
+                           f"{sorted(set(threads.values()))[:40]}")
     return _shares(durations, top)
 
 
@@ -466,11 +512,11 @@ def worker(args):
         run()
     ops = shares = None
     if impl in ("torch", "timm", "timm-compile") and (args.ops or args.profile):
-        count, shares = _torch_profile(run)  # one extra round for both
+        count, shares = _torch_profile(run, device=args.device)  # one round for both
         ops = count / args.steps if args.ops else None
         shares = shares if args.profile else None
     elif impl in ("jax", "flax") and args.profile:
-        shares = _xla_profile(run)
+        shares = _xla_profile(run, device=args.device)
     _reply({"ready": True, "ops": ops, "profile": shares})
     for line in sys.stdin:
         if line.strip() != "go":
@@ -703,7 +749,8 @@ def main():
     parser.add_argument("--profile", action="store_true",
                         help="also say where a step's time goes (one extra untimed round): "
                         "torch's ATen operations by self CPU time (torch, timm), XLA's compiled "
-                        "operations by kind (jax, flax)")
+                        "operations by kind (jax, flax); with --device gpu, the kernels by "
+                        "their time on the card")
     parser.add_argument("--json", help="also write the per-round seconds to this file")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()

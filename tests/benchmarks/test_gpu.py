@@ -24,7 +24,7 @@ def test_the_toy_run_measures_every_row_and_writes_its_json(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT)
     env.pop("KERAS_BACKEND", None)  # each worker sets its own
     done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "gpu.py"),
-                           "--size", "toy", "--out", str(out)], capture_output=True,
+                           "--size", "toy", "--out", str(out), "--profile"], capture_output=True,
                           text=True, env=env, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(out.read_text())
@@ -59,12 +59,28 @@ def test_the_toy_run_measures_every_row_and_writes_its_json(tmp_path):
         assert row["matmul"]["tflops"] > 0
         # bf16 against float32 logits of the same weights: bf16's rounding, not 0, not noise.
         assert 1e-4 < row["logits"]["max_relative_difference"] < 0.1, row["logits"]
+        # --profile: where the step's time went (a CPU's operations here), and torch's count.
+        shares = dict(row["profile"]["shares"])
+        assert shares and all(0 < share <= 1 for share in shares.values()), row["profile"]
+        torch_row = name.startswith("timm") or ROWS_BACKEND.get(name) == "torch"
+        assert (row["profile"].get("aten_ops_per_step", 0) > 10) == torch_row, row["profile"]
     assert results["rows"]["timm-compile"]["setup"]["compile_backend"] == "aot_eager"
 
-    table = done.stdout.strip().splitlines()
-    assert table[-len(gpu.ROWS) - 2].startswith("| row | training images/s")
-    for line, row in zip(table[-len(gpu.ROWS):], results["rows"].values()):
+    lines = done.stdout.strip().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| row | training"))
+    table = lines[start + 2:start + 2 + len(gpu.ROWS)]
+    profiles = lines[start + 2 + len(gpu.ROWS):]
+    for line, row in zip(table, results["rows"].values(), strict=True):
         assert line.startswith(f"| {row['label']} |")
+    assert profiles[1] == "Where a training step's time goes (one profiled round):"
+    for line, row in zip(profiles[2:], results["rows"].values(), strict=True):
+        assert line.startswith(f"- {row['label']}: ")
+        if row.get("profile"):
+            kind, share = row["profile"]["shares"][0]
+            assert f"{kind} {share:.0%}" in line
+
+
+ROWS_BACKEND = {name: row.get("backend") for name, row in gpu.ROWS.items()}
 
 
 def test_a_batch_that_does_not_fit_is_halved_until_it_does():

@@ -3,6 +3,7 @@
 import importlib.util
 import os
 import sys
+import types
 
 import pytest
 
@@ -122,6 +123,52 @@ def test_a_profile_is_shares_of_operation_kinds():
         "ynn_fusion", "addmm", "copy"]
     shares = train_step._shares({"a": 3.0, "b": 1.0, "c": 0.0}, top=2)
     assert shares == [("a", 0.75), ("b", 0.25)]
+
+
+def test_a_gpu_kernel_is_named_by_its_kind():
+    names = ["void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>"
+             "(int, float)", "triton_poi_fused_add_mul_3", "sm90_xmma_gemm_bf16bf16_bf16f32",
+             "loop_multiply_fusion.12", "void flash_fwd_kernel<Flash_fwd_params>(Flash_fwd_params)"]
+    assert [train_step._kernel_kind(name) for name in names] == [
+        "vectorized_elementwise_kernel", "triton_poi_fused_add_mul",
+        "sm90_xmma_gemm_bf16bf16_bf16f32", "loop_multiply_fusion", "flash_fwd_kernel"]
+
+
+def _trace(process, thread, events):
+    return [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": process}},
+            {"ph": "M", "name": "thread_name", "pid": 1, "tid": 7, "args": {"name": thread}},
+            {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/host:CPU"}},
+            {"ph": "M", "name": "thread_name", "pid": 2, "tid": 3, "args": {"name": "python"}},
+            {"ph": "X", "pid": 2, "tid": 3, "name": "PjitFunction", "dur": 1000}] + [
+        {"ph": "X", "pid": 1, "tid": 7, "name": name, "dur": dur} for name, dur in events]
+
+
+def test_a_gpu_trace_is_read_from_the_cards_stream_lines():
+    events = _trace("/device:GPU:0", "Stream #14(Compute)",
+                    [("sm90_xmma_gemm_bf16", 60), ("loop_add_fusion.3", 30),
+                     ("loop_add_fusion", 10)])
+    assert train_step._xla_shares(events, 8, "gpu") == [("sm90_xmma_gemm_bf16", 0.6),
+                                                        ("loop_add_fusion", 0.4)]
+    ops = _trace("/device:GPU:0", "XLA Ops", [("fusion.1", 3), ("custom-call", 1)])
+    assert train_step._xla_shares(ops, 8, "gpu") == [("fusion", 0.75), ("custom-call", 0.25)]
+    # Lines the reader does not know: an error that lists them, for the next call to read.
+    with pytest.raises(RuntimeError, match=r"no GPU operations.*/device:GPU:0.*Kernels"):
+        train_step._xla_shares(_trace("/device:GPU:0", "Kernels", [("gemm", 5)]), 8, "gpu")
+
+
+def test_a_torch_gpu_profile_counts_kernels_by_their_time_on_the_card():
+    def event(key, device, cpu=0.0, card=0.0, count=1):
+        return types.SimpleNamespace(key=key, count=count, device_type=types.SimpleNamespace(
+            name=device), self_cpu_time_total=cpu, self_device_time_total=card)
+
+    events = [event("aten::mm", "CPU", cpu=50, count=4), event("aten::add", "CPU", cpu=50),
+              event("void gemm_kernel<float>(float*)", "CUDA", card=75),
+              event("elementwise_kernel", "CUDA", card=25)]
+    assert train_step._torch_shares(events, 8, "gpu") == (5, [("gemm_kernel", 0.75),
+                                                              ("elementwise_kernel", 0.25)])
+    assert train_step._torch_shares(events, 8, "cpu") == (5, [("mm", 0.5), ("add", 0.5)])
+    with pytest.raises(RuntimeError, match="no CUDA kernel.*CUPTI"):
+        train_step._torch_shares(events[:2], 8, "gpu")
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
