@@ -62,7 +62,7 @@ def test_the_toy_run_measures_every_row_and_writes_its_json(tmp_path):
         # --profile: where the step's time went (a CPU's operations here), and torch's count.
         shares = dict(row["profile"]["shares"])
         assert shares and all(0 < share <= 1 for share in shares.values()), row["profile"]
-        torch_row = name.startswith("timm") or ROWS_BACKEND.get(name) == "torch"
+        torch_row = gpu.ROWS[name]["framework"] == "timm" or gpu.ROWS[name]["backend"] == "torch"
         assert (row["profile"].get("aten_ops_per_step", 0) > 10) == torch_row, row["profile"]
     assert results["rows"]["timm-compile"]["setup"]["compile_backend"] == "aot_eager"
 
@@ -78,9 +78,6 @@ def test_the_toy_run_measures_every_row_and_writes_its_json(tmp_path):
         if row.get("profile"):
             kind, share = row["profile"]["shares"][0]
             assert f"{kind} {share:.0%}" in line
-
-
-ROWS_BACKEND = {name: row.get("backend") for name, row in gpu.ROWS.items()}
 
 
 def test_a_batch_that_does_not_fit_is_halved_until_it_does():
