@@ -107,6 +107,14 @@ ROWS = {
     "timm": dict(label="timm, eager", framework="timm", compiled=False),
     "torch": dict(label="keras_vit, torch, eager", framework="keras", backend="torch",
                   options={}),
+    # The same step with Keras' CosineDecay, which branches on the step (keras_vit's schedule
+    # before it became arithmetic), and with the batches already on the card: training only.
+    "torch-keras-schedule": dict(label="keras_vit, torch, eager, Keras' CosineDecay",
+                                 framework="keras", backend="torch",
+                                 options={"schedule": "keras"}, training_only=True),
+    "torch-device-data": dict(label="keras_vit, torch, eager, batches on the card",
+                              framework="keras", backend="torch", options={"data": "device"},
+                              training_only=True),
     "torch-jit": dict(label="keras_vit, torch, jit_compile=True", framework="keras",
                       backend="torch", options={"jit_compile": True}),
 }
@@ -114,7 +122,7 @@ REFERENCE = "timm-compile"
 # Seconds a row may take on a GPU, compilation included (each also within what is left of the
 # budget); at toy size every row may take TOY_LIMIT_S.
 LIMIT_S = {"plan": 90, "timm-compile": 180, "jax-flash": 120, "jax-xla": 120, "timm": 75,
-           "torch": 90, "torch-jit": 120}
+           "torch": 90, "torch-keras-schedule": 60, "torch-device-data": 60, "torch-jit": 120}
 TOY_LIMIT_S = 240
 CPU_SKIPS = {
     "jax-flash": "no flash attention on a CPU: keras_vit refuses attention_implementation="
@@ -206,8 +214,48 @@ def _training_result(run, batch, args):
 
 
 def _torch_profile(run, args):
-    count, shares = train_step._torch_profile(run, 12, args.device)
-    return {"shares": shares, "aten_ops_per_step": count / args.steps}
+    count, shares, seconds = train_step._torch_profile(run, 12, args.device)
+    profile = {"shares": shares, "aten_ops_per_step": count / args.steps,
+               "kernel_seconds_per_step": seconds / args.steps}
+    if args.device == "gpu":
+        profile["syncs"] = _torch_syncs(run)
+    return profile
+
+
+def _torch_syncs(run):
+    """Where one round waits for the card: torch's sync debug mode warns at every operation
+    that blocks the host until the card is done (a value read back, a copy from pageable
+    memory); ``[[count, "file:line <- file:line ..."], ...]``."""
+    import torch
+
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        return blocking_calls(run)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def blocking_calls(run, depth=4):
+    """The Python places from which ``run()`` raised warnings, most frequent first: each as its
+    ``depth`` innermost frames outside torch, ``warnings`` and this file."""
+    import collections
+    import traceback
+    import warnings
+
+    places = collections.Counter()
+    skip = (os.sep + "torch" + os.sep, "warnings.py", os.path.abspath(__file__))
+
+    def record(*_):
+        frames = [f"{os.path.basename(f.filename)}:{f.lineno}"
+                  for f in traceback.extract_stack()[:-1]
+                  if not any(part in f.filename for part in skip)]
+        places[" <- ".join(reversed(frames[-depth:]))] += 1
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = record
+        run()
+    return [[count, place] for place, count in places.most_common()]
 
 
 def _relative_difference(low, reference):
@@ -353,7 +401,8 @@ class KerasRow:
     def profile(self):
         """Where a round of the measured training step goes (``train_step``'s profiles)."""
         if self.backend == "jax":
-            return {"shares": train_step._xla_profile(self.run, 12, self.args.device)}
+            shares, seconds = train_step._xla_profile(self.run, 12, self.args.device)
+            return {"shares": shares, "kernel_seconds_per_step": seconds / self.args.steps}
         return _torch_profile(self.run, self.args)
 
     def inference(self, size, batch):
@@ -495,6 +544,9 @@ def row_worker(args):
         _measured("profile", impl.profile)
     impl.run = None  # the step's model and optimizer, freed with the rest
     impl.free()
+    if row.get("training_only"):
+        train_step._reply({"part": "done"})
+        return 0
     _measured("matmul", impl.matmul)
     prepared = {}
     for size in args.inference_sizes:
@@ -685,6 +737,11 @@ def add_shares(results):
     reference = (results["rows"].get(REFERENCE) or {}).get("train") or {}
     for row in done:
         train = row.get("train") or {}
+        profile = row.get("profile") or {}
+        if train.get("seconds_per_step") and profile.get("kernel_seconds_per_step"):
+            # The share of the measured step in which the card computed.
+            profile["busy"] = profile["kernel_seconds_per_step"] / statistics.median(
+                train["seconds_per_step"])
         if "images_per_s" in train:
             if rate and size in flops:
                 train["share_of_matmul"] = train["images_per_s"] * 3 * flops[size] / (rate * 1e12)
@@ -839,15 +896,24 @@ def orchestrate(args):
 
 
 def profiles(results):
-    """One line a row: where its training step's time went, and its ATen operations a step."""
+    """Where each row's training step goes: its kernels' shares, how much of the step the card
+    computed, the ATen operations it dispatched, and where it waited for the card."""
     lines = ["", "Where a training step's time goes (one profiled round):"]
     for name, row in results["rows"].items():
         profile = row.get("profile") or {}
         error = (row.get("errors") or {}).get("profile")
         shares = ", ".join(f"{kind} {share:.0%}" for kind, share in profile.get("shares", []))
-        ops = profile.get("aten_ops_per_step")
+        facts = []
+        if profile.get("kernel_seconds_per_step"):
+            facts.append(f"{profile['kernel_seconds_per_step'] * 1e3:,.1f} ms of kernels a step"
+                         + (f", busy {profile['busy']:.0%} of it" if "busy" in profile else ""))
+        if profile.get("aten_ops_per_step"):
+            facts.append(f"{profile['aten_ops_per_step']:,.0f} ATen ops a step")
+        if profile.get("syncs") is not None:
+            waits = "; ".join(f"{count}x {place}" for count, place in profile["syncs"][:4])
+            facts.append(f"waits for the card: {waits or 'never'}")
         lines.append(f"- {row.get('label', name)}: {shares or error or 'not profiled'}"
-                     + (f" ({ops:,.0f} ATen ops a step)" if ops else ""))
+                     + (f" ({'; '.join(facts)})" if facts else ""))
     return "\n".join(lines)
 
 

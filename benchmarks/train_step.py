@@ -178,31 +178,29 @@ def fuse_projections(concatenated=False):
 
 def keras_training(spec, options, args):
     """(model, run): keras_vit's model compiled with the step of `keras-vit train`; ``run()``
-    trains ``args.steps`` steps of ``args.batch`` from host memory and returns (wall seconds,
-    CPU seconds), the device synchronised."""
+    trains ``args.steps`` steps of ``args.batch`` and returns (wall seconds, CPU seconds), the
+    device synchronised.
+
+    Options that are not ``model.compile``'s: the model's shape (``SHAPE_KEYS``), the dtype
+    policy, ``projections``, ``schedule`` (``"keras_vit"``: ``warmup_schedule``'s, the default;
+    ``"keras"``: Keras' ``CosineDecay`` with ``warmup_target``, which branches on the step) and
+    ``data`` (``"host"``: ``fit`` on numpy arrays in host memory, the default; ``"device"``:
+    batches already on the device, as slices of one tensor there).
+    """
     import keras
-    import numpy as np
 
-    from keras_vit.training.recipes import classification_loss, pretraining_optimizer
-
-    # Options that are not model.compile's: the model's shape and the dtype policy (issue 26:
-    # "tensorflow:mlp_dim=128", "tensorflow:dtype_policy=\"mixed_bfloat16\"").
     shape = {k: options.pop(k) for k in SHAPE_KEYS if k in options}
     projections = options.pop("projections", "separate")
     if projections != "separate":
         fuse_projections(concatenated=projections == "concatenated")
     policy = options.pop("dtype_policy", "mixed_bfloat16" if args.device == "gpu" else None)
+    schedule = options.pop("schedule", "keras_vit")
+    data = options.pop("data", "host")
     if policy:
         keras.config.set_dtype_policy(policy)
     model = keras_model(spec, **shape)
-    total = 10_000
-    model.compile(
-        optimizer=pretraining_optimizer(total, learning_rate=LEARNING_RATE, warmup_steps=100,
-                                        decay="cosine", weight_decay=WEIGHT_DECAY,
-                                        global_clipnorm=CLIPNORM),
-        loss=classification_loss(LABEL_SMOOTHING), metrics=["accuracy"], **options)
-    images, labels = _data(spec, args.batch, args.steps, channels_last=True)
-    onehot = np.eye(spec["num_classes"], dtype="float32")[labels]
+    model.compile(optimizer=_optimizer(schedule), loss=_loss(), metrics=["accuracy"], **options)
+    fit = _fit_arguments(spec, args, data)
 
     class Clock(keras.callbacks.Callback):
         def on_train_batch_begin(self, batch, logs=None):
@@ -216,11 +214,60 @@ def keras_training(spec, options, args):
 
     def run():
         clock = Clock()
-        model.fit(images, onehot, batch_size=args.batch, epochs=1, shuffle=False, verbose=0,
-                  callbacks=[clock])
+        model.fit(**fit(), epochs=1, verbose=0, callbacks=[clock])
         return clock.seconds
 
     return model, run
+
+
+SCHEDULES = ("keras_vit", "keras")
+DATA = ("host", "device")
+
+
+def _optimizer(schedule):
+    """`keras-vit train`'s AdamW, on keras_vit's warmup + cosine or on Keras' CosineDecay."""
+    import keras
+
+    from keras_vit.training.recipes import pretraining_optimizer
+
+    total, warmup = 10_000, 100
+    optimizer = pretraining_optimizer(total, learning_rate=LEARNING_RATE, warmup_steps=warmup,
+                                      decay="cosine", weight_decay=WEIGHT_DECAY,
+                                      global_clipnorm=CLIPNORM)
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule={schedule!r}: use one of {SCHEDULES}")
+    if schedule == "keras":
+        builtin = keras.optimizers.schedules.CosineDecay(
+            0.0, total - warmup, warmup_target=LEARNING_RATE, warmup_steps=warmup)
+        optimizer = keras.optimizers.AdamW(**{**optimizer.get_config(), "learning_rate": builtin})
+    return optimizer
+
+
+def _loss():
+    from keras_vit.training.recipes import classification_loss
+
+    return classification_loss(LABEL_SMOOTHING)
+
+
+def _fit_arguments(spec, args, data):
+    """A function giving ``model.fit``'s data arguments for one round of ``args.steps``."""
+    import keras
+    import numpy as np
+
+    if data not in DATA:
+        raise ValueError(f"data={data!r}: use one of {DATA}")
+    images, labels = _data(spec, args.batch, args.steps, channels_last=True)
+    onehot = np.eye(spec["num_classes"], dtype="float32")[labels]
+    if data == "host":
+        return lambda: dict(x=images, y=onehot, batch_size=args.batch, shuffle=False)
+    images, onehot = keras.ops.convert_to_tensor(images), keras.ops.convert_to_tensor(onehot)
+
+    def batches():
+        for step in range(args.steps):
+            rows = slice(step * args.batch, (step + 1) * args.batch)
+            yield images[rows], onehot[rows]
+
+    return lambda: dict(x=batches(), steps_per_epoch=args.steps, shuffle=False)
 
 
 def timm_model(spec, options, image_size=None):
@@ -402,8 +449,8 @@ def _shares(durations, top):
 
 def _torch_profile(run, top=8, device="cpu"):
     """One round under torch.profiler: ``(ATen operations it issued, every dispatched op, nested
-    ones included; where its time went)``: on a CPU ATen operations by self CPU time, on a GPU
-    the kernels by their time on the device."""
+    ones included; where its time went; the seconds summed)``: on a CPU ATen operations by self
+    CPU time, on a GPU the kernels by their time on the device."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "gpu" else [])
@@ -427,7 +474,7 @@ def _torch_shares(events, top, device):
     if device == "gpu" and not durations:
         raise RuntimeError("the profile holds no CUDA kernel (is CUPTI, which torch.profiler "
                            "reads kernels through, installed with torch?)")
-    return count, _shares(durations, top)
+    return count, _shares(durations, top), sum(durations.values()) / 1e6
 
 
 def _kernel_kind(name):
@@ -440,7 +487,8 @@ def _kernel_kind(name):
 
 def _xla_profile(run, top=8, device="cpu"):
     """Where one round's time goes: on a CPU XLA:CPU's compiled operations (fusions, dots,
-    copies...) by kind, on a GPU the kernels on the card's streams; from a jax.profiler trace."""
+    copies...) by kind, on a GPU the kernels on the card's streams; from a jax.profiler trace.
+    ``(shares, the seconds summed)``."""
     import glob
     import gzip
 
@@ -486,7 +534,7 @@ def _xla_shares(events, top, device):
         raise RuntimeError(f"no {device.upper()} operations in the trace: its processes are "
                            f"{sorted(set(processes.values()))}, its threads "
                            f"{sorted(set(threads.values()))[:40]}")
-    return _shares(durations, top)
+    return _shares(durations, top), sum(durations.values()) / 1e6
 
 
 def _options(text, impl):
@@ -512,11 +560,11 @@ def worker(args):
         run()
     ops = shares = None
     if impl in ("torch", "timm", "timm-compile") and (args.ops or args.profile):
-        count, shares = _torch_profile(run, device=args.device)  # one round for both
+        count, shares, _ = _torch_profile(run, device=args.device)  # one round for both
         ops = count / args.steps if args.ops else None
         shares = shares if args.profile else None
     elif impl in ("jax", "flax") and args.profile:
-        shares = _xla_profile(run, device=args.device)
+        shares = _xla_profile(run, device=args.device)[0]
     _reply({"ready": True, "ops": ops, "profile": shares})
     for line in sys.stdin:
         if line.strip() != "go":

@@ -152,6 +152,7 @@ NOT_SETTINGS = dict.fromkeys(("ViTImageClassifier", "ResNetImageClassifier",
                               "AxialResNetImageClassifier"), {"backbone"})
 # Registered objects that are not layers or models, checked by their own tests.
 NOT_LAYERS = {attention.FlatGlorotUniform: "tests/layers/test_attention_projections.py",
+              schedules.WarmupDecay: "tests/training/test_training_recipes.py",
               schedules.WarmupLinearDecay: "tests/training/test_training_recipes.py",
               schedules.AdjustableWarmupDecay: "tests/training/test_training_recipes.py",
               optimizers.AdjustableAdamW: "tests/training/test_training_recipes.py",

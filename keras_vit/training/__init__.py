@@ -18,6 +18,7 @@ from keras_vit.training.recipes import (
 )
 from keras_vit.training.schedules import (
     AdjustableWarmupDecay,
+    WarmupDecay,
     WarmupLinearDecay,
     warmup_schedule,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "AdjustableWarmupDecay",
     "MaskedPatchPrediction",
     "TraceSGD",
+    "WarmupDecay",
     "WarmupLinearDecay",
     "classification_loss",
     "finetuning_optimizer",

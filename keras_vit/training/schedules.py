@@ -6,13 +6,17 @@ vit_jax's ``create_learning_rate_schedule`` at step ``t`` (W warmup steps, T tot
     cosine:  lr(t) = base * 0.5 * (1 + cos(pi * progress)) * min(1, t / W)
     linear:  lr(t) = (end + (base - end) * (1 - progress)) * min(1, t / W)
 
-The cosine form is exactly Keras' built-in ``CosineDecay(0, T - W, warmup_target=base,
-warmup_steps=W)``; the linear form is ``WarmupLinearDecay`` below. optax evaluates the schedule
-on its update count, from 0, so the official update ``k`` (from 1) uses ``lr(k - 1)``: with
-warmup the first update has rate 0 and only moves the momentum. Keras passes
-``optimizer.iterations``, also from 0, so the two agree update for update (checked against the
-official trainer's fine-tuning steps, tests/training/test_official_finetuning.py; with gradient
-accumulation ``keras_vit.training.optimizers`` keeps the count on updates).
+``WarmupDecay`` is that formula, written with arithmetic alone (clip, minimum, cos): no branch
+on the step, so the rate never waits for the device to report the step count, and a compiled
+train step (``jit_compile=True``, also Keras' torch backend) traces it once. Keras'
+``CosineDecay(0, T - W, warmup_target=base, warmup_steps=W)`` computes the same cosine form but
+chooses between warmup and decay with ``ops.cond``, which on the torch backend reads the step
+back from the device twice a step. optax evaluates the schedule on its update count, from 0, so
+the official update ``k`` (from 1) uses ``lr(k - 1)``: with warmup the first update has rate 0
+and only moves the momentum. Keras passes ``optimizer.iterations``, also from 0, so the two
+agree update for update (checked against the official trainer's fine-tuning steps,
+tests/training/test_official_finetuning.py; with gradient accumulation
+``keras_vit.training.optimizers`` keeps the count on updates).
 """
 
 import math
@@ -24,22 +28,34 @@ from keras_vit.checks import positive_int
 DECAYS = ("cosine", "linear")
 
 
+def decayed(progress, decay, learning_rate, end_learning_rate):
+    """The decay's rate at ``progress`` in [0, 1]: cosine to 0, or linear to the end rate."""
+    if decay == "cosine":
+        return learning_rate * 0.5 * (1.0 + keras.ops.cos(math.pi * progress))
+    return end_learning_rate + (learning_rate - end_learning_rate) * (1.0 - progress)
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
-class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
-    """Linear warmup from 0 to ``learning_rate`` over ``warmup_steps``, then linear decay to
-    ``end_learning_rate`` at ``total_steps`` (constant afterwards); the official formula.
+class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warmup from 0 to ``learning_rate`` over ``warmup_steps``, then ``decay`` until
+    ``total_steps``: ``"cosine"`` to 0 or ``"linear"`` to ``end_learning_rate`` (constant
+    afterwards); the official formula.
 
     Example:
-    >>> schedule = WarmupLinearDecay(1e-3, total_steps=110, warmup_steps=10, end_learning_rate=0.0)
+    >>> schedule = WarmupDecay(1e-3, total_steps=110, warmup_steps=10)
     >>> [round(float(schedule(t)), 6) for t in (0, 5, 10, 60, 110, 200)]
     [0.0, 0.0005, 0.001, 0.0005, 0.0, 0.0]
     """
 
-    def __init__(self, learning_rate, total_steps, warmup_steps=0, end_learning_rate=1e-5):
+    def __init__(self, learning_rate, total_steps, warmup_steps=0, decay="cosine",
+                 end_learning_rate=1e-5):
         super().__init__()
+        if decay not in DECAYS:
+            raise ValueError(f"Unknown decay {decay!r}; use one of {DECAYS}.")
         self.learning_rate = float(learning_rate)
         self.total_steps = int(total_steps)
         self.warmup_steps = int(warmup_steps)
+        self.decay = decay
         self.end_learning_rate = float(end_learning_rate)
         _check_steps(self.total_steps, self.warmup_steps)
 
@@ -47,7 +63,7 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         step = keras.ops.cast(step, "float32")
         progress = (step - self.warmup_steps) / float(self.total_steps - self.warmup_steps)
         progress = keras.ops.clip(progress, 0.0, 1.0)
-        lr = self.end_learning_rate + (self.learning_rate - self.end_learning_rate) * (1 - progress)
+        lr = decayed(progress, self.decay, self.learning_rate, self.end_learning_rate)
         if self.warmup_steps:
             lr = lr * keras.ops.minimum(1.0, step / float(self.warmup_steps))
         return lr
@@ -57,8 +73,28 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
             "learning_rate": self.learning_rate,
             "total_steps": self.total_steps,
             "warmup_steps": self.warmup_steps,
+            "decay": self.decay,
             "end_learning_rate": self.end_learning_rate,
         }
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class WarmupLinearDecay(WarmupDecay):
+    """``WarmupDecay`` with the linear decay, under the name saved optimizers give it.
+
+    Example:
+    >>> schedule = WarmupLinearDecay(1e-3, total_steps=110, warmup_steps=10, end_learning_rate=0.0)
+    >>> [round(float(schedule(t)), 6) for t in (0, 5, 10, 60, 110, 200)]
+    [0.0, 0.0005, 0.001, 0.0005, 0.0, 0.0]
+    """
+
+    def __init__(self, learning_rate, total_steps, warmup_steps=0, end_learning_rate=1e-5):
+        super().__init__(learning_rate, total_steps, warmup_steps, "linear", end_learning_rate)
+
+    def get_config(self):
+        config = super().get_config()
+        del config["decay"]
+        return config
 
 
 def _check_steps(total_steps, warmup_steps):
@@ -78,8 +114,8 @@ def warmup_schedule(learning_rate, total_steps, warmup_steps=0, decay="cosine",
         learning_rate: peak (base) learning rate.
         total_steps: steps of the whole run (warmup included).
         warmup_steps: linear warmup steps from 0.
-        decay: ``"cosine"`` (to 0, Keras ``CosineDecay``) or ``"linear"`` (to
-            ``end_learning_rate``, ``WarmupLinearDecay``).
+        decay: ``"cosine"`` (to 0, ``WarmupDecay``) or ``"linear"`` (to ``end_learning_rate``,
+            ``WarmupLinearDecay``).
         end_learning_rate: final value of the linear decay (official 1e-5).
 
     Example:
@@ -88,17 +124,9 @@ def warmup_schedule(learning_rate, total_steps, warmup_steps=0, decay="cosine",
     [0.0, 0.015, 0.03, 0.015, 0.0]
     """
     total_steps, warmup_steps = int(total_steps), int(warmup_steps)
-    _check_steps(total_steps, warmup_steps)
     if decay == "linear":
         return WarmupLinearDecay(learning_rate, total_steps, warmup_steps, end_learning_rate)
-    if decay != "cosine":
-        raise ValueError(f"Unknown decay {decay!r}; use one of {DECAYS}.")
-    if warmup_steps == 0:
-        return keras.optimizers.schedules.CosineDecay(float(learning_rate), total_steps)
-    return keras.optimizers.schedules.CosineDecay(
-        0.0, total_steps - warmup_steps, warmup_target=float(learning_rate),
-        warmup_steps=warmup_steps,
-    )
+    return WarmupDecay(learning_rate, total_steps, warmup_steps, decay, end_learning_rate)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -154,12 +182,8 @@ class AdjustableWarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         return self.anchor_progress + (1.0 - self.anchor_progress) * ahead
 
     def __call__(self, step):
-        progress = self.progress(step)
-        if self.decay == "cosine":  # to 0, as Keras' CosineDecay
-            lr = self.learning_rate * 0.5 * (1.0 + keras.ops.cos(math.pi * progress))
-        else:
-            lr = self.end_learning_rate + (
-                self.learning_rate - self.end_learning_rate) * (1.0 - progress)
+        lr = decayed(self.progress(step), self.decay, self.learning_rate,
+                     self.end_learning_rate)
         step = keras.ops.cast(step, "float32")
         warmup = keras.ops.minimum(1.0, step / keras.ops.maximum(self.warmup_steps, 1.0))
         return lr * keras.ops.where(self.warmup_steps > 0, warmup, 1.0)

@@ -53,17 +53,22 @@ def test_the_toy_run_measures_every_row_and_writes_its_json(tmp_path):
                                                       train["vs_reference"],
                                                       train["memory_count_bytes"]])
         assert train["peak_bytes"] is None  # no device memory statistics on a CPU
+        # --profile: where the step's time went (a CPU's operations here), and torch's count.
+        shares = dict(row["profile"]["shares"])
+        assert shares and all(0 < share <= 1 for share in shares.values()), row["profile"]
+        torch_row = gpu.ROWS[name]["framework"] == "timm" or gpu.ROWS[name]["backend"] == "torch"
+        assert (row["profile"].get("aten_ops_per_step", 0) > 10) == torch_row, row["profile"]
+        assert 0 < row["profile"]["busy"] and _positive([row["profile"]["kernel_seconds_per_step"]])
+        assert "syncs" not in row["profile"]  # the card's waits: on a GPU only
+        if gpu.ROWS[name].get("training_only"):  # a variant of a row's step: no more parts
+            assert row["inference"] == {} and row["matmul"] is None and row["logits"] is None
+            continue
         assert sorted(row["inference"]) == sorted(sizes)
         assert _positive(i[k] for i in row["inference"].values()
                          for k in ("seconds", "images_per_s", "share_of_matmul"))
         assert row["matmul"]["tflops"] > 0
         # bf16 against float32 logits of the same weights: bf16's rounding, not 0, not noise.
         assert 1e-4 < row["logits"]["max_relative_difference"] < 0.1, row["logits"]
-        # --profile: where the step's time went (a CPU's operations here), and torch's count.
-        shares = dict(row["profile"]["shares"])
-        assert shares and all(0 < share <= 1 for share in shares.values()), row["profile"]
-        torch_row = gpu.ROWS[name]["framework"] == "timm" or gpu.ROWS[name]["backend"] == "torch"
-        assert (row["profile"].get("aten_ops_per_step", 0) > 10) == torch_row, row["profile"]
     assert results["rows"]["timm-compile"]["setup"]["compile_backend"] == "aot_eager"
 
     lines = done.stdout.strip().splitlines()
@@ -78,6 +83,26 @@ def test_the_toy_run_measures_every_row_and_writes_its_json(tmp_path):
         if row.get("profile"):
             kind, share = row["profile"]["shares"][0]
             assert f"{kind} {share:.0%}" in line
+
+
+def test_the_places_that_wait_for_the_card_are_counted_by_their_callers():
+    import warnings
+
+    def blocking_read():  # stands for torch's warning at a synchronizing operation
+        warnings.warn("called a synchronizing CUDA operation", UserWarning, stacklevel=1)
+
+    def step():
+        for _ in range(3):
+            blocking_read()
+        blocking_read()
+
+    places = gpu.blocking_calls(step, depth=2)
+    assert [count for count, _ in places] == [3, 1]
+    first, second = (place.split(" <- ") for _, place in places)
+    # The same blocking line, reached from two places of the step.
+    assert first[0].startswith("test_gpu.py:") and first[0] == second[0]
+    assert first[1] != second[1]
+    assert gpu.blocking_calls(lambda: None) == []
 
 
 def test_a_batch_that_does_not_fit_is_halved_until_it_does():

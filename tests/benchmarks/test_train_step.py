@@ -147,10 +147,11 @@ def test_a_gpu_trace_is_read_from_the_cards_stream_lines():
     events = _trace("/device:GPU:0", "Stream #14(Compute)",
                     [("sm90_xmma_gemm_bf16", 60), ("loop_add_fusion.3", 30),
                      ("loop_add_fusion", 10)])
-    assert train_step._xla_shares(events, 8, "gpu") == [("sm90_xmma_gemm_bf16", 0.6),
-                                                        ("loop_add_fusion", 0.4)]
+    assert train_step._xla_shares(events, 8, "gpu") == ([("sm90_xmma_gemm_bf16", 0.6),
+                                                         ("loop_add_fusion", 0.4)], 100e-6)
     ops = _trace("/device:GPU:0", "XLA Ops", [("fusion.1", 3), ("custom-call", 1)])
-    assert train_step._xla_shares(ops, 8, "gpu") == [("fusion", 0.75), ("custom-call", 0.25)]
+    assert train_step._xla_shares(ops, 8, "gpu") == ([("fusion", 0.75), ("custom-call", 0.25)],
+                                                     4e-6)
     # Lines the reader does not know: an error that lists them, for the next call to read.
     with pytest.raises(RuntimeError, match=r"no GPU operations.*/device:GPU:0.*Kernels"):
         train_step._xla_shares(_trace("/device:GPU:0", "Kernels", [("gemm", 5)]), 8, "gpu")
@@ -165,8 +166,8 @@ def test_a_torch_gpu_profile_counts_kernels_by_their_time_on_the_card():
               event("void gemm_kernel<float>(float*)", "CUDA", card=75),
               event("elementwise_kernel", "CUDA", card=25)]
     assert train_step._torch_shares(events, 8, "gpu") == (5, [("gemm_kernel", 0.75),
-                                                              ("elementwise_kernel", 0.25)])
-    assert train_step._torch_shares(events, 8, "cpu") == (5, [("mm", 0.5), ("add", 0.5)])
+                                                              ("elementwise_kernel", 0.25)], 1e-4)
+    assert train_step._torch_shares(events, 8, "cpu") == (5, [("mm", 0.5), ("add", 0.5)], 1e-4)
     with pytest.raises(RuntimeError, match="no CUDA kernel.*CUPTI"):
         train_step._torch_shares(events[:2], 8, "gpu")
 
@@ -180,16 +181,17 @@ def test_the_profiles_name_where_a_small_step_goes(backend):
         def run():
             x = jnp.ones((64, 64))
             (jnp.tanh(x @ x) @ x).block_until_ready()
-        shares = train_step._xla_profile(run)
+        shares, seconds = train_step._xla_profile(run)
     else:
         import torch
 
         def run():
             x = torch.ones((64, 64))
             torch.tanh(x @ x) @ x
-        count, shares = train_step._torch_profile(run)
+        count, shares, seconds = train_step._torch_profile(run)
         assert count >= 3  # the two products and the tanh, at least
     total = sum(share for _, share in shares)
+    assert 0 < seconds < 60
     assert shares and all(0 <= share <= 1 for _, share in shares) and total <= 1 + 1e-9
     if len(shares) < 8:  # every kind listed: the shares add up
         assert total == pytest.approx(1)

@@ -8,7 +8,12 @@ import pytest
 
 import keras_vit
 from keras_vit import training
-from keras_vit.training import AdjustableWarmupDecay, WarmupLinearDecay, warmup_schedule
+from keras_vit.training import (
+    AdjustableWarmupDecay,
+    WarmupDecay,
+    WarmupLinearDecay,
+    warmup_schedule,
+)
 
 
 def official(step, base, total, warmup, decay, end=1e-5):
@@ -30,13 +35,56 @@ def test_schedule_matches_official_formula(decay, warmup):
         assert got == pytest.approx(official(step, 3e-2, 400, warmup, decay), rel=1e-5, abs=1e-9)
 
 
-def test_cosine_is_the_keras_builtin_and_linear_serialises():
-    assert isinstance(warmup_schedule(1.0, 10, 2), keras.optimizers.schedules.CosineDecay)
+def test_cosine_equals_keras_builtin_and_both_forms_serialise():
+    cosine = warmup_schedule(1.0, 10, 2)
+    assert isinstance(cosine, WarmupDecay) and cosine.decay == "cosine"
+    builtin = keras.optimizers.schedules.CosineDecay(0.0, 8, warmup_target=1.0, warmup_steps=2)
+    for step in range(12):
+        assert float(cosine(step)) == pytest.approx(float(builtin(step)), rel=1e-6, abs=1e-9)
     linear = warmup_schedule(1e-3, 100, 10, decay="linear", end_learning_rate=1e-6)
     assert isinstance(linear, WarmupLinearDecay)
-    restored = keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(linear))
-    assert restored.get_config() == linear.get_config()
-    assert float(restored(60)) == pytest.approx(float(linear(60)))
+    for schedule in (cosine, linear):
+        restored = keras.optimizers.schedules.deserialize(
+            keras.optimizers.schedules.serialize(schedule))
+        assert type(restored) is type(schedule)
+        assert restored.get_config() == schedule.get_config()
+        assert float(restored(6)) == pytest.approx(float(schedule(6)))
+
+
+def test_schedules_never_read_the_step_back_from_the_device(monkeypatch):
+    """A compiled or asynchronous train step must not wait on the schedule: no branch on the
+    step (Keras' CosineDecay branches with ops.cond, which torch answers by reading the step
+    back). Every read of a tensor as a Python value is counted while the schedules run."""
+    reads = []
+
+    def counting(method):
+        def read(self, *args, **kwargs):
+            reads.append(method)
+            return original[method](self, *args, **kwargs)
+        return read
+
+    step = keras.Variable(3, dtype="int64", trainable=False)
+    ours = [warmup_schedule(1.0, 10, 2), warmup_schedule(1.0, 10, 2, decay="linear"),
+            warmup_schedule(1.0, 10), AdjustableWarmupDecay(1.0, 10, 2)]
+    builtin = keras.optimizers.schedules.CosineDecay(0.0, 8, warmup_target=1.0, warmup_steps=2)
+    tensor_type = type(keras.ops.convert_to_tensor(1.0))
+    names = [n for n in ("__bool__", "item", "__index__", "__int__", "__float__", "numpy")
+             if hasattr(tensor_type, n)]
+    original = {n: getattr(tensor_type, n) for n in names}
+    counts = []
+    for schedule in (*ours, builtin):
+        reads.clear()
+        try:
+            for n in names:
+                monkeypatch.setattr(tensor_type, n, counting(n))
+        except TypeError:  # a type that cannot be patched (jax arrays)
+            pytest.skip(f"{tensor_type.__name__} methods cannot be counted")
+        schedule(step.value)
+        monkeypatch.undo()
+        counts.append(len(reads))
+    assert counts[:-1] == [0] * len(ours)
+    if keras.backend.backend() == "torch":
+        assert counts[-1] > 0  # the builtin's ops.cond reads the step: the count can fail
 
 
 def test_schedule_bad_inputs():
@@ -153,7 +201,7 @@ def test_finetuning_optimizer_settings():
     assert opt.momentum == 0.9 and opt.global_clipnorm == 1.0
     assert opt.weight_decay is None and opt.use_ema and opt.ema_momentum == 0.99
     assert opt.gradient_accumulation_steps is None
-    assert isinstance(opt._learning_rate, keras.optimizers.schedules.CosineDecay)
+    assert isinstance(opt._learning_rate, WarmupDecay)
     keras_form = training.finetuning_optimizer(500, warmup_steps=10, momentum_form="keras",
                                                gradient_accumulation_steps=4)
     assert isinstance(keras_form, keras.optimizers.SGD) and not keras_form.nesterov
