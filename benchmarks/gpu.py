@@ -115,6 +115,16 @@ ROWS = {
     "torch-device-data": dict(label="keras_vit, torch, eager, batches on the card",
                               framework="keras", backend="torch", options={"data": "device"},
                               training_only=True),
+    # torch's own choice of attention kernel (cuDNN's on a Hopper card), where Keras' flash
+    # path forces its flash kernel.
+    "torch-device-data-xla": dict(
+        label="keras_vit, torch, eager, batches on the card, attention by torch's choice",
+        framework="keras", backend="torch",
+        options={"data": "device", "attention_implementation": "xla"}, training_only=True),
+    "jax-flash-device-data": dict(
+        label="keras_vit, jax, flash attention, batches on the card", framework="keras",
+        backend="jax", options={"attention_implementation": "flash", "data": "device"},
+        training_only=True),
     "torch-jit": dict(label="keras_vit, torch, jit_compile=True", framework="keras",
                       backend="torch", options={"jit_compile": True}),
 }
@@ -122,11 +132,14 @@ REFERENCE = "timm-compile"
 # Seconds a row may take on a GPU, compilation included (each also within what is left of the
 # budget); at toy size every row may take TOY_LIMIT_S.
 LIMIT_S = {"plan": 90, "timm-compile": 180, "jax-flash": 120, "jax-xla": 120, "timm": 75,
-           "torch": 90, "torch-keras-schedule": 60, "torch-device-data": 60, "torch-jit": 120}
+           "torch": 90, "torch-keras-schedule": 60, "torch-device-data": 60,
+           "torch-device-data-xla": 60, "jax-flash-device-data": 100, "torch-jit": 120}
 TOY_LIMIT_S = 240
+NO_CPU_FLASH = ("no flash attention on a CPU: keras_vit refuses attention_implementation="
+                "'flash' there (docs/runtimes.md)")
 CPU_SKIPS = {
-    "jax-flash": "no flash attention on a CPU: keras_vit refuses attention_implementation="
-                 "'flash' there (docs/runtimes.md)",
+    "jax-flash": NO_CPU_FLASH,
+    "jax-flash-device-data": NO_CPU_FLASH,
     "torch-jit": "not run on a CPU: Keras' torch jit_compile traces the step's ops.cond (the "
                  "warmup of Keras' CosineDecay) anew on every call, torch.compile guarding on "
                  "Keras' name counter, until torch's recompile limit; a toy model's first epoch "

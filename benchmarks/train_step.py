@@ -480,7 +480,8 @@ def _torch_shares(events, top, device):
 def _kernel_kind(name):
     """A GPU kernel's kind: its name without ``void``, namespaces, template or call arguments
     and numbering (``triton_poi_fused_add_3`` -> ``triton_poi_fused_add``)."""
-    name = re.split(r"[<(]", name.removeprefix("void "), maxsplit=1)[0]
+    name = name.removeprefix("void ").replace("(anonymous namespace)::", "")
+    name = re.split(r"[<(]", name, maxsplit=1)[0]
     name = re.sub(r"_\d+$", "", name.rsplit("::", 1)[-1].strip())
     return _kind(name)[:60] or "?"
 

@@ -28,6 +28,12 @@ from keras_vit.checks import positive_int
 DECAYS = ("cosine", "linear")
 
 
+def unit_interval(x):
+    """``x`` clipped to [0, 1], its bounds made on ``x``'s device: Keras' torch backend copies
+    a Python number to the device for each such operation, a copy that waits for the device."""
+    return keras.ops.clip(x, keras.ops.zeros_like(x), keras.ops.ones_like(x))
+
+
 def decayed(progress, decay, learning_rate, end_learning_rate):
     """The decay's rate at ``progress`` in [0, 1]: cosine to 0, or linear to the end rate."""
     if decay == "cosine":
@@ -61,11 +67,11 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
 
     def __call__(self, step):
         step = keras.ops.cast(step, "float32")
-        progress = (step - self.warmup_steps) / float(self.total_steps - self.warmup_steps)
-        progress = keras.ops.clip(progress, 0.0, 1.0)
+        progress = unit_interval((step - self.warmup_steps)
+                                 / float(self.total_steps - self.warmup_steps))
         lr = decayed(progress, self.decay, self.learning_rate, self.end_learning_rate)
         if self.warmup_steps:
-            lr = lr * keras.ops.minimum(1.0, step / float(self.warmup_steps))
+            lr = lr * unit_interval(step / float(self.warmup_steps))
         return lr
 
     def get_config(self):
@@ -177,16 +183,18 @@ class AdjustableWarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
     def progress(self, step):
         """How far the decay is at ``step``: 0 until the warmup ends, 1 from its end on."""
         step = keras.ops.cast(step, "float32")
-        span = keras.ops.maximum(self.total_steps - self.anchor_step, 1.0)
-        ahead = keras.ops.clip((step - self.anchor_step) / span, 0.0, 1.0)
+        span = self.total_steps - self.anchor_step
+        ahead = unit_interval((step - self.anchor_step)
+                              / keras.ops.maximum(span, keras.ops.ones_like(span)))
         return self.anchor_progress + (1.0 - self.anchor_progress) * ahead
 
     def __call__(self, step):
         lr = decayed(self.progress(step), self.decay, self.learning_rate,
                      self.end_learning_rate)
         step = keras.ops.cast(step, "float32")
-        warmup = keras.ops.minimum(1.0, step / keras.ops.maximum(self.warmup_steps, 1.0))
-        return lr * keras.ops.where(self.warmup_steps > 0, warmup, 1.0)
+        one = keras.ops.ones_like(step)
+        warmup = unit_interval(step / keras.ops.maximum(self.warmup_steps, one))
+        return lr * keras.ops.where(self.warmup_steps > 0, warmup, one)
 
     def adjust(self, step, total_steps):
         """End the decay at ``total_steps``, going on from ``step`` (the next step to train)."""
