@@ -22,7 +22,11 @@ run's budget, so that one hang cannot take the run:
   under bf16 AMP (``torch.autocast``), ``torch.compile``d and eager; ``jax-flash`` and
   ``jax-xla``, keras_vit on jax under ``mixed_bfloat16`` with ``attention_implementation``
   ``"flash"`` (cuDNN) and ``"xla"`` (docs/runtimes.md); ``torch`` and ``torch-jit``, keras_vit
-  on Keras' torch backend, eager and ``jit_compile=True``.
+  on Keras' torch backend, eager and ``jit_compile=True``; and variants of a row's training step
+  alone (no inference): ``torch-keras-schedule`` (Keras' ``CosineDecay`` in place of keras_vit's
+  schedule), ``torch-device-data`` and ``jax-flash-device-data`` (the batches already on the
+  card, where the other rows' ``fit`` reads numpy arrays in host memory) and
+  ``torch-device-data-xla`` (torch's own choice of attention kernel).
 
 Each row measures, in its process:
 
@@ -44,8 +48,10 @@ Each row measures, in its process:
 
 With ``--profile``, each row also profiles one more round of its training step after the timed
 ones (``train_step``'s profilers): on a GPU the kernels by their time on the card, on a CPU the
-operations, and for the torch rows the ATen operations a step dispatches; the lines follow the
-table.
+operations, and for the torch rows the ATen operations a step dispatches; the kernels' time a
+step over the measured step ("busy": the share of the step in which the device computes); on a
+GPU the torch rows run one more round under torch's sync debug mode, which lists the places
+where the host waits for the card. The lines follow the table.
 
 Every row uses one batch; inputs are uniform in [-1, 1]. A share of the matmul rate is images/s
 x FLOPs an image (x3 for a training step) over the card's rate. A batch that does not fit is
