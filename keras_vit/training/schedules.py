@@ -182,19 +182,21 @@ class AdjustableWarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
 
     def progress(self, step):
         """How far the decay is at ``step``: 0 until the warmup ends, 1 from its end on."""
+        # The variables' tensors: a Keras variable's operators would make each Python number
+        # a device tensor (see ``unit_interval``); a tensor's own operators take it as it is.
+        anchor, progress = self.anchor_step.value, self.anchor_progress.value
         step = keras.ops.cast(step, "float32")
-        span = self.total_steps - self.anchor_step
-        ahead = unit_interval((step - self.anchor_step)
-                              / keras.ops.maximum(span, keras.ops.ones_like(span)))
-        return self.anchor_progress + (1.0 - self.anchor_progress) * ahead
+        span = self.total_steps.value - anchor
+        ahead = unit_interval((step - anchor) / keras.ops.maximum(span, keras.ops.ones_like(span)))
+        return progress + (1.0 - progress) * ahead
 
     def __call__(self, step):
         lr = decayed(self.progress(step), self.decay, self.learning_rate,
                      self.end_learning_rate)
         step = keras.ops.cast(step, "float32")
-        one = keras.ops.ones_like(step)
-        warmup = unit_interval(step / keras.ops.maximum(self.warmup_steps, one))
-        return lr * keras.ops.where(self.warmup_steps > 0, warmup, one)
+        one, warmup_steps = keras.ops.ones_like(step), self.warmup_steps.value
+        warmup = unit_interval(step / keras.ops.maximum(warmup_steps, one))
+        return lr * keras.ops.where(warmup_steps > 0, warmup, one)
 
     def adjust(self, step, total_steps):
         """End the decay at ``total_steps``, going on from ``step`` (the next step to train)."""
