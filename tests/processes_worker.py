@@ -164,7 +164,7 @@ def command_line(out):
             with open(os.path.join(out, f"writes{distribution.process_index()}.json"),
                       "w") as file:
                 json.dump(writes, file)
-            distribution._leave()  # the whole run ends here: no process reports another
+            distribution.processes._leave()  # the whole run ends here: no process reports another
             os._exit(0)
 
     run_files.AtomicBackup.on_epoch_end = then_stopped

@@ -281,7 +281,7 @@ def test_evaluate_drops_the_padding_from_loss_and_accuracy(monkeypatch):
     y = np.arange(13) % 3
     one_hot = np.eye(3, dtype="float32")[y]
     expected = model.evaluate(x, one_hot, batch_size=13, return_dict=True, verbose=0)
-    monkeypatch.setattr(distribution, "num_replicas", lambda: 8)
+    monkeypatch.setattr(distribution.replicas, "num_replicas", lambda: 8)
     for result in (distribution.evaluate(model, x, y, batch_size=5),
                    distribution.evaluate(model, x, one_hot),
                    # batches as a pipeline gives them: the last padded with weight-0 rows
@@ -328,7 +328,7 @@ def test_predict_pads_to_the_replicas(monkeypatch):
         return original(x, batch_size=batch_size, verbose=verbose)
 
     monkeypatch.setattr(model, "predict", spy)
-    monkeypatch.setattr(distribution, "num_replicas", lambda: 8)
+    monkeypatch.setattr(distribution.replicas, "num_replicas", lambda: 8)
     x = np.random.default_rng(0).normal(size=(13, 2)).astype("float32")
     out = distribution.predict(model, x, batch_size=5)
     assert seen == [(16, 8)] and out.shape == (13, 3)
@@ -452,8 +452,8 @@ def _strategy_with(monkeypatch, fake, env=None):
         monkeypatch.delenv(name, raising=False)
     for name, value in (env or {}).items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(distribution.glob, "glob", lambda pattern: [])
-    monkeypatch.setattr(distribution.os.path, "exists", lambda path: False)
+    monkeypatch.setattr(distribution.replicas.glob, "glob", lambda pattern: [])
+    monkeypatch.setattr(distribution.replicas.os.path, "exists", lambda path: False)
     return distribution.strategy()
 
 

@@ -202,7 +202,7 @@ def f(kind):
 
 
 def test_every_room_has_its_floor():
-    rooms = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").exists()}
+    rooms = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").exists()} - SERVING
     loose = {path.stem for path in PACKAGE.glob("*.py") if not path.stem.startswith("_")}
     assert rooms | {"pretrained"} == {*FORBIDDEN, "app"}, "give a new room its floor in FORBIDDEN"
     assert loose - SERVING == {"pretrained"}, "give a new module its floor (FORBIDDEN) or SERVING"
@@ -254,12 +254,14 @@ def test_the_modules_that_serve_several_floors_import_no_room():
     # would reach data into it (docs/architecture.md). The argument checks, which import
     # nothing, serve the other two as well; so do the hooks, the version, the backends' facts
     # and the processes' roll call (sockets only).
-    serving = {"checks", "_backends", "_rendezvous"}
-    wrong = {name: sorted({_room(m) for m in _imports_of(PACKAGE / f"{name}.py")[0]} - serving)
+    serving = {"checks", "_backends"}
+    wrong = {name: sorted({_room(m) for path in _files(name) for m in _imports_of(path)[0]}
+                          - serving - {name})
              for name in ("downloads", "distribution", "_hooks", "_version")}
     assert wrong == {"downloads": [], "distribution": [], "_hooks": [], "_version": []}
     for name in serving:
         assert not _imports_of(PACKAGE / f"{name}.py")[0], name
+    assert not _imports_of(PACKAGE / "distribution" / "_rendezvous.py")[0]
 
 
 def _circles(graph):

@@ -1,4 +1,5 @@
-"""Process 0's roll call (``keras_vit._rendezvous``), with threads standing in for processes."""
+"""Process 0's roll call (``keras_vit.distribution._rendezvous``), with threads standing in
+for processes."""
 
 import concurrent.futures
 import socket
@@ -7,8 +8,8 @@ import time
 
 import pytest
 
-from keras_vit import _rendezvous
-from keras_vit._rendezvous import Roll, RollCallError, report, roll_call
+from keras_vit.distribution import _rendezvous
+from keras_vit.distribution._rendezvous import Roll, RollCallError, report, roll_call
 
 pytestmark = pytest.mark.backend_independent
 

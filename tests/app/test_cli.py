@@ -125,7 +125,7 @@ def test_bad_inputs(tmp_path, capsys, monkeypatch):
     assert "same file" in capsys.readouterr().err
     from keras_vit import distribution
 
-    monkeypatch.setattr(distribution, "num_replicas", lambda: 3)
+    monkeypatch.setattr(distribution.replicas, "num_replicas", lambda: 3)
     assert cli.main(["train", *TINY, *out]) == 1
     assert "not divisible by the 3 replicas" in capsys.readouterr().err
     assert not os.path.exists(out[1])  # a run that fails its checks leaves no folder behind
