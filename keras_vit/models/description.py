@@ -37,8 +37,9 @@ import keras
 
 from keras_vit import _hooks
 from keras_vit.checks import check_multiple, pair, positive_int
-from keras_vit.layers.encoder import EncoderConfig, Settings
+from keras_vit.layers.encoder import EncoderConfig
 from keras_vit.layers.resnet import check_units, hybrid_stride, plain_number, root_width
+from keras_vit.layers.settings import Settings
 
 # The keywords every model takes besides its description, the common part of its get_config
 # (``QuantizableModel.base_config``); any other keyword is a setting of the description.
