@@ -3,8 +3,10 @@ teaching notebooks. They import ``keras_vit``, never the reverse.
 
 - ``cli``: the command line, flags built from the run configurations.
 - ``configs``: one typed configuration per command (options, defaults, help).
-- ``commands``: each command's run function; ``runs`` what they share (data, model, run folder),
-  ``train`` (``train``, ``pretrain-mpp``), ``finetune``, ``evaluate`` (``evaluate``, ``fewshot``);
+- ``commands``: each command's run function; what they share: ``runs`` (a run's start and end),
+  ``run_model`` (its model), ``run_data`` (its data and the evaluation of its model), ``run_plan``
+  (its device, precision and warmup); ``train`` (``train``, ``pretrain-mpp``), ``finetune``,
+  ``evaluate`` (``evaluate``, ``fewshot``);
   ``convert`` is the library's ``keras_vit.checkpoints.convert``.
 - ``run_files``: the folder a run writes; ``planning``: the epochs that fit a time budget, and
   their re-plans as the run trains.

@@ -3,7 +3,7 @@ frozen features): the commands that measure a saved model.
 """
 
 from keras_vit import data
-from keras_vit.app import configs, runs
+from keras_vit.app import configs, run_data, run_model, runs
 from keras_vit.app.errors import UsageError
 from keras_vit.checkpoints import convert
 from keras_vit.evaluation import fewshot_linear
@@ -27,9 +27,9 @@ def evaluate(config):
             f"The model has {model.output_shape[-1]} outputs but {run.info.name} has "
             f"{run.info.num_classes} classes; fine-tune it first (keras-vit finetune) or use "
             "`keras-vit fewshot`.")
-    runs.compile_model(model)
-    test_ds = runs.evaluation_batches(run, model, config.batch_size, split=config.split)
-    return run.finish(model, runs.evaluate_model(model, test_ds))
+    run_model.compile_model(model)
+    test_ds = run_data.evaluation_batches(run, model, config.batch_size, split=config.split)
+    return run.finish(model, run_data.evaluate_model(model, test_ds))
 
 
 def fewshot(config):
@@ -45,7 +45,7 @@ def fewshot(config):
     for split, limit in (("train", config.train_examples), ("test", config.test_examples)):
         ds = data.load(run.info.name, split, training=False, batch_size=config.batch_size,
                        image_size=size, data_dir=config.data_dir, max_examples=limit,
-                       channels=runs.channels(model))
+                       channels=run_model.channels(model))
         arrays.extend(data.as_arrays(ds))
     if size != model.input_shape[1]:
         model = resize_model(model, size)

@@ -7,7 +7,7 @@ import os
 import keras
 
 from keras_vit import data
-from keras_vit.app import configs, run_files, runs
+from keras_vit.app import configs, run_data, run_files, run_model, run_plan, runs
 from keras_vit.app.errors import UsageError
 from keras_vit.checkpoints import convert
 from keras_vit.costs.batches import plan_batch
@@ -38,16 +38,16 @@ def _micro_batch(batch, accumulation):
 
 
 def _batch_plan(config, prepare):
-    """How a fine-tuning run splits its global batch, and its precision (``runs.device``).
+    """How a fine-tuning run splits its global batch, and its precision (``run_plan.device``).
 
     An explicit ``--accumulation`` is kept. Otherwise, on an accelerator or with
     ``--memory-gib``, the accumulation is the smallest whose micro-batch fits each device's
     memory (``plan_batch``); on a CPU without ``--memory-gib`` it is the recipe's (or 1).
     ``prepare()`` returns the model to fine-tune and its image size, when a plan needs them.
     """
-    plan = dict(runs.device(), memory_gib=config.memory_gib, planned=False)
+    plan = dict(run_plan.device(), memory_gib=config.memory_gib, planned=False)
     kind, devices = plan["device"], plan["devices"]
-    accelerated = kind != "cpu"  # what runs.device calls a CPU
+    accelerated = kind != "cpu"  # what run_plan.device calls a CPU
     fixed = config.accumulation
     if fixed is None and (accelerated or config.memory_gib is not None):
         if plan["memory_gib"] is None:
@@ -64,7 +64,7 @@ def _batch_plan(config, prepare):
         accumulation = default if fixed is None else fixed
         micro = _micro_batch(config.batch_size, accumulation)
         plan.update(micro_batch=micro, accumulation=accumulation, per_device=micro // devices)
-    print(runs.describe(plan, config.batch_size))
+    print(run_plan.describe(plan, config.batch_size))
     return plan
 
 
@@ -86,14 +86,14 @@ def _train_batches(run, model, image_size, micro):
                      max_examples=config.train_examples,
                      examples_per_class=config.examples_per_class, repeat=True,
                      augmentation=config.augmentation, flip=not config.no_flip,
-                     channels=runs.channels(model), mixup_alpha=config.mixup, seed=config.seed)
+                     channels=run_model.channels(model), mixup_alpha=config.mixup, seed=config.seed)
 
 
 def _optimizer(config, accumulation):
     """The official fine-tuning optimizer: SGD with a momentum trace, warmup + decay."""
     return finetuning_optimizer(
         config.steps, learning_rate=config.learning_rate,
-        warmup_steps=runs.warmup(config.warmup_steps, config.eval_every, config.steps),
+        warmup_steps=run_plan.warmup(config.warmup_steps, config.eval_every, config.steps),
         decay=config.decay, gradient_accumulation_steps=accumulation,
         momentum_dtype=config.momentum_dtype, global_clipnorm=config.clipnorm,
         use_ema=config.use_ema, ema_momentum=config.ema_momentum)
@@ -150,10 +150,10 @@ def finetune(config):
         model = rebuild(model, dtype=plan["precision"])
     model = _with_lora(model, config)
     train_ds = _train_batches(run, model, image_size, micro)
-    test_ds = runs.evaluation_batches(run, model, micro if accumulation > 1 else max(micro, 256),
-                                split=config.test_split)
+    test_ds = run_data.evaluation_batches(
+        run, model, micro if accumulation > 1 else max(micro, 256), split=config.test_split)
     optimizer = _optimizer(config, accumulation)
-    runs.compile_model(model, optimizer, config.label_smoothing)
+    run_model.compile_model(model, optimizer, config.label_smoothing)
     log = run_files.EpochLog(run.run_dir, keep_existing=False)
     every = config.eval_every
     model.fit(train_ds, epochs=config.steps // every, steps_per_epoch=every * accumulation,
@@ -164,9 +164,9 @@ def finetune(config):
         # and the next jitted call frees them; fresh copies keep the optimizer saveable.
         for variable in optimizer.variables:
             variable.assign(keras.ops.convert_to_numpy(variable))
-    metrics = dict(runs.evaluate_model(model, test_ds), steps=config.steps, micro_batch=micro,
+    metrics = dict(run_data.evaluate_model(model, test_ds), steps=config.steps, micro_batch=micro,
                    accumulation=accumulation, **_published(config),
-                   batch_plan=dict(plan, loss_scaling=runs.loss_scaling(model)),
+                   batch_plan=dict(plan, loss_scaling=run_model.loss_scaling(model)),
                    updates=int(keras.ops.convert_to_numpy(optimizer.iterations)),
                    trainable_params=lora.trainable_parameters(model))
     if config.lora_rank is not None:  # a plain model: any checkpoint format takes it

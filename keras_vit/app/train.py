@@ -9,7 +9,7 @@ import time
 import keras
 
 from keras_vit import data, distribution
-from keras_vit.app import configs, planning, run_files, runs
+from keras_vit.app import configs, planning, run_data, run_files, run_model, run_plan, runs
 from keras_vit.app.errors import UsageError
 from keras_vit.training.mpp import MaskedPatchPrediction
 from keras_vit.training.optimizers import AdjustableAdamW
@@ -36,9 +36,9 @@ class _Scratch:
 
 def _from_scratch(run, dtype=None, **pipeline_options):
     config, info = run.config, run.info
-    size = config.image_size or runs.model_spec(config).image_size
+    size = config.image_size or run_model.model_spec(config).image_size
     image_size, resize_size = data.resolution(info.name, size)
-    model = runs.build_model(config, image_size=image_size, num_classes=info.num_classes,
+    model = run_model.build_model(config, image_size=image_size, num_classes=info.num_classes,
                         channels=info.channels, dtype=dtype)
     examples = data.load_examples(info.name, "train", data_dir=config.data_dir,
                                   max_examples=config.train_examples, shuffle_files=True)
@@ -46,14 +46,14 @@ def _from_scratch(run, dtype=None, **pipeline_options):
     augmentation, resize_size = config.crop(info, image_size, resize_size)
     options = dict(batch_size=config.batch_size, image_size=image_size,
                    num_classes=info.num_classes, training=True, augmentation=augmentation,
-                   resize_size=resize_size, channels=runs.channels(model), repeat=True,
+                   resize_size=resize_size, channels=run_model.channels(model), repeat=True,
                    seed=config.seed, **pipeline_options)
     return _Scratch(model, steps_per_epoch, augmentation, resize_size, examples, options)
 
 
 def _steps_per_epoch(examples, batch_size):
     """Full batches in one pass over ``examples`` (the epoch length of an endless pipeline)."""
-    steps = runs.count_examples(examples) // batch_size
+    steps = run_data.count_examples(examples) // batch_size
     if steps < 1:
         raise UsageError(f"batch_size {batch_size} is larger than the training set; use a smaller "
                          "--batch-size or more --train-examples.")
@@ -65,7 +65,7 @@ def _pretraining_optimizer(config, steps_per_epoch, epochs=None, **options):
     total_steps = steps_per_epoch * (epochs or config.epochs)
     return pretraining_optimizer(
         total_steps, learning_rate=config.learning_rate,
-        warmup_steps=runs.warmup(config.warmup_steps, steps_per_epoch, total_steps),
+        warmup_steps=run_plan.warmup(config.warmup_steps, steps_per_epoch, total_steps),
         decay=config.decay, weight_decay=config.weight_decay, **options)
 
 
@@ -74,7 +74,7 @@ def _compile(model, config, steps_per_epoch, epochs, adjustable):
     move while it trains when ``adjustable`` (a re-planned run); returns the optimizer."""
     optimizer = _pretraining_optimizer(config, steps_per_epoch, epochs=epochs,
                                        global_clipnorm=config.clipnorm, adjustable=adjustable)
-    runs.compile_model(model, optimizer, config.label_smoothing)
+    run_model.compile_model(model, optimizer, config.label_smoothing)
     return optimizer
 
 
@@ -152,7 +152,7 @@ def _plan(run, scratch, test_ds, earlier):
     # Measured on the train step the run compiles (with a schedule of any length).
     _compile(scratch.model, config, scratch.steps_per_epoch, epochs=10**6, adjustable=True)
     costs = planning.measure_costs(scratch.model, scratch.batches(), test_ds,
-                                   runs.count_batches(test_ds), epoch_end=_epoch_end_writes)
+                                   run_data.count_batches(test_ds), epoch_end=_epoch_end_writes)
     plan = planning.plan_epochs(config.time_budget, elapsed_seconds=time.time() - run.started,
                                 costs=costs, steps_per_epoch=scratch.steps_per_epoch,
                                 evaluations=_evaluations(config))
@@ -209,9 +209,9 @@ def train(config):
     """
     config = configs.TrainConfig.coerce(config)
     _check_train_config(config)
-    model_name = runs.model_spec(config).label
+    model_name = run_model.model_spec(config).label
     run = runs.begin(config, model_name)
-    device = runs.device()
+    device = run_plan.device()
     # A CPU builds the model as it always did (no dtype passed): the timed default run is kept.
     mixed = None if device["precision"] == "float32" else device["precision"]
     scratch = _from_scratch(run, dtype=mixed, flip=not config.no_flip, mixup_alpha=config.mixup,
@@ -219,15 +219,15 @@ def train(config):
     model = scratch.model
     batch_plan = dict(device, precision=model.dtype_policy.name,
                       per_device=config.batch_size // device["devices"])
-    print(runs.describe(batch_plan, config.batch_size))
-    test_ds = runs.evaluation_batches(run, model, config.batch_size)
+    print(run_plan.describe(batch_plan, config.batch_size))
+    test_ds = run_data.evaluation_batches(run, model, config.batch_size)
     earlier = run_files.interrupted_run_config(run.run_dir)
     epochs, plan = _plan(run, scratch, test_ds, earlier)
     # A run planned to the budget re-plans its length; a resumed one keeps its kind of schedule.
     adjustable = isinstance(plan, planning.Plan) or bool(earlier and earlier.get("replanned"))
     optimizer = _compile(model, config, scratch.steps_per_epoch, epochs, adjustable)
     log, resuming = _fit(run, scratch, test_ds, epochs, plan, optimizer)
-    metrics = runs.evaluate_model(model, test_ds)
+    metrics = run_data.evaluate_model(model, test_ds)
     metrics.update(
         epochs_completed=len(log.records),
         resumed_from_epoch=log.first_epoch if resuming else 0,
@@ -236,7 +236,7 @@ def train(config):
         resize_size=scratch.resize_size,
         optimizer_iterations=int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
         plan=plan.to_dict() if isinstance(plan, planning.Plan) else plan,
-        batch_plan=dict(batch_plan, loss_scaling=runs.loss_scaling(model)),
+        batch_plan=dict(batch_plan, loss_scaling=run_model.loss_scaling(model)),
     )
     return run.finish(model, metrics, log, title=f"{model_name} on {run.info.name}")
 
@@ -247,7 +247,7 @@ def pretrain_mpp(config):
     ``config``: a ``PretrainMppConfig`` or a dict of its fields.
     """
     config = configs.PretrainMppConfig.coerce(config)
-    model_name = runs.model_spec(config).label
+    model_name = run_model.model_spec(config).label
     run = runs.begin(config, model_name)
     scratch = _from_scratch(run)  # (images, labels): the labels are not used
     try:

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from keras_vit import distribution
-from keras_vit.app import configs, finetune, run_files, runs, train
+from keras_vit.app import configs, finetune, run_files, run_model, run_plan, train
 from keras_vit.costs.batches import largest_batch, plan_batch
 from keras_vit.costs.devices import DEVICE_MEMORY_GIB, device_memory_gib
 
@@ -62,7 +62,7 @@ def b16():
 
 
 def test_run_plan_on_a_fake_accelerator(monkeypatch, capsys, b16):
-    monkeypatch.setattr(runs, "accelerator", lambda: ("tpu", "TPU v5 lite", 8, None))
+    monkeypatch.setattr(run_plan, "accelerator", lambda: ("tpu", "TPU v5 lite", 8, None))
     plan = finetune._batch_plan(_config(), b16)
     assert (plan["accumulation"], plan["micro_batch"], plan["per_device"]) == (4, 128, 16)
     assert (plan["memory_gib"], plan["precision"], plan["planned"]) == (16, "mixed_bfloat16", True)
@@ -74,14 +74,14 @@ def test_run_plan_on_a_fake_accelerator(monkeypatch, capsys, b16):
 
 
 def test_run_plan_on_an_unknown_device_and_on_a_cpu(monkeypatch, capsys, b16):
-    monkeypatch.setattr(runs, "accelerator", lambda: ("gpu", "Quadro X", 1, "7.0"))
+    monkeypatch.setattr(run_plan, "accelerator", lambda: ("gpu", "Quadro X", 1, "7.0"))
     plan = finetune._batch_plan(_config(), b16)
     out = capsys.readouterr().out
     assert "Unknown device kind 'Quadro X'" in out and "--memory-gib G" in out
     assert (plan["accumulation"], plan["precision"], plan["planned"]) == (8, "mixed_float16", False)
     plan = finetune._batch_plan(_config(memory_gib=24), b16)
     assert (plan["accumulation"], plan["micro_batch"]) == (16, 32)
-    monkeypatch.setattr(runs, "accelerator", lambda: None)
+    monkeypatch.setattr(run_plan, "accelerator", lambda: None)
     plan = finetune._batch_plan(_config(), b16)  # a CPU: the recipe's accumulation
     assert (plan["accumulation"], plan["precision"], plan["planned"]) == (8, "float32", False)
 
@@ -115,7 +115,7 @@ def _attention_in_float32(query, key, value, bias=None, flash_attention=None):
 @pytest.mark.fashion_mnist
 def test_train_says_its_device_and_precision(monkeypatch, capsys, tmp_path, device, line,
                                              precision, scaled):
-    monkeypatch.setattr(runs, "accelerator", lambda: device)
+    monkeypatch.setattr(run_plan, "accelerator", lambda: device)
     if keras.backend.backend() == "jax" and precision == "mixed_float16":
         monkeypatch.setattr(keras.ops, "dot_product_attention", _attention_in_float32)
     train.train(dict(TINY_TRAIN, output=str(tmp_path)))
@@ -133,6 +133,6 @@ def test_a_dtype_set_on_the_command_line_is_kept():
     options = dict(image_size=28, num_classes=10, channels=1, dtype="mixed_float16")
     tiny = TINY_TRAIN["set"]
     vit = {"model": "small-vit", "set": tiny}
-    assert runs.build_model(vit, **options).dtype_policy.name == "mixed_float16"
-    model = runs.build_model(dict(vit, set=[*tiny, "dtype=float32"]), **options)
+    assert run_model.build_model(vit, **options).dtype_policy.name == "mixed_float16"
+    model = run_model.build_model(dict(vit, set=[*tiny, "dtype=float32"]), **options)
     assert model.dtype_policy.name == "float32"

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from keras_vit import create_model
-from keras_vit.app import cli, configs, finetune, run_files, runs, train
+from keras_vit.app import cli, configs, finetune, run_files, run_model, train
 from tests.conftest import fixture_path, installed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -179,9 +179,9 @@ def test_train_defaults_are_the_measured_recipe():
     assert args.time_budget == 600.0  # the epochs are planned to end within the 10 minutes
     assert (args.learning_rate, args.weight_decay, args.label_smoothing) == (4e-3, 0.05, 0.1)
     assert (args.augmentation, args.resize_size, args.model, args.set) == (None, None, None, [])
-    spec = runs.model_spec(vars(args), channels=1)
+    spec = run_model.model_spec(vars(args), channels=1)
     assert (spec.label, spec.image_size) == ("small-hybrid", 32)
-    model = runs.build_model(configs.TrainConfig(), image_size=32, num_classes=10, channels=1)
+    model = run_model.build_model(configs.TrainConfig(), image_size=32, num_classes=10, channels=1)
     # the measured command: keras-vit train --image-size 32 --set patch_size=2
     #   --set 'stem={"num_layers": [], "width_factor": 0.5}'  (a ViT-Ti/7 default underneath)
     measured = create_model("ViT-Ti/7", image_size=32, num_classes=10, num_channels=1,
@@ -196,10 +196,10 @@ def test_the_small_vit_is_one_flag_away_and_the_default_where_the_hybrid_is_not(
                      num_channels=1)
     for config in (configs.TrainConfig(model="small-vit"), configs.TrainConfig(dataset="digits"),
                    configs.PretrainMppConfig()):  # MPP predicts the pixels of plain patches
-        spec = runs.model_spec(config, channels=1)
+        spec = run_model.model_spec(config, channels=1)
         assert (spec.label, spec.name, spec.image_size) == ("small-vit", "ViT-Ti/7", None)
         assert spec.overrides == small_vit
-    named = runs.model_spec(configs.TrainConfig(model="ViT-B/16", set=["num_layers=2"]), 1)
+    named = run_model.model_spec(configs.TrainConfig(model="ViT-B/16", set=["num_layers=2"]), 1)
     assert (named.label, named.name, named.overrides) == ("ViT-B/16", "ViT-B/16",
                                                           {"num_layers": 2})
 

@@ -227,11 +227,12 @@ def test_one_product_for_queries_keys_and_values(monkeypatch, projections):
 def test_the_small_hybrid_is_the_commands_default_and_timm_builds_its_shape():
     """The benchmark's "small-hybrid" is `keras-vit train`'s default on Fashion-MNIST; timm's
     model of that shape (its R+ViT root) has the same parameters and takes the same images."""
-    from keras_vit.app import configs, runs
+    from keras_vit.app import configs, run_model
 
     spec = train_step.MODELS["small-hybrid"]
     model = train_step.keras_model(spec)
-    default = runs.build_model(configs.TrainConfig(), image_size=32, num_classes=10, channels=1)
+    default = run_model.build_model(configs.TrainConfig(), image_size=32, num_classes=10,
+                                    channels=1)
     assert model.get_config() == default.get_config()
     # root 16x16 outputs x 7x7x1x32, then the 16 tokens of the small encoder
     tokens = 16 * (4 * 64 * 64 + 2 * 64 * 256) + 2 * 16 * 16 * 64
