@@ -17,6 +17,7 @@ The image width (30) is not a multiple of the stride (8).
 Use a size that divides by 8, e.g. 24 or 32.
 """
 
+import json
 import numbers
 
 
@@ -53,3 +54,31 @@ def check_multiple(sides, stride, *, what="image", unit="stride"):
             raise ValueError(
                 f"The {what} {side_name} ({side}) is not a multiple of the {unit} ({stride}). "
                 f"Use a size that divides by {stride}, e.g. {lower} or {lower + stride}.")
+
+
+def read_json(path, fix, text=None):
+    """The JSON the file ``path`` holds (or ``text``, when the caller read it from an archive): a
+    file any part of keras_vit reads is named, with what is wrong and ``fix`` (what to do), when
+    it cannot be read or parsed (a ``ValueError``).
+
+    Example:
+    >>> read_json("run/history.json", "delete it to start the history again", text="[1, 2]")
+    [1, 2]
+    >>> try:
+    ...     read_json("run/history.json", "delete it to start the history again", text="[1,")
+    ... except ValueError as error:
+    ...     print(error)  # doctest: +ELLIPSIS
+    run/history.json is not valid JSON (Expecting value: ...); delete it to start the history again.
+    """
+    try:
+        if text is not None:
+            return json.loads(text)
+        with open(path, encoding="utf-8") as file:
+            return json.load(file)
+    except json.JSONDecodeError as error:
+        problem = f"is not valid JSON ({error})"
+    except UnicodeDecodeError as error:
+        problem = f"is not text ({error.reason} at byte {error.start})"
+    except OSError as error:
+        problem = f"cannot be read ({error.strerror or error})"
+    raise ValueError(f"{path} {problem}; {fix}.")

@@ -20,6 +20,7 @@ import time
 import keras
 
 from keras_vit.app.errors import UsageError
+from keras_vit.checks import read_json
 from keras_vit.distribution import is_writer
 
 BACKUP = "backup"
@@ -47,8 +48,9 @@ def backup_epoch(run_dir):
     folder = AtomicBackup.latest(os.path.join(run_dir, BACKUP))
     if folder is None:
         return 0
-    with open(os.path.join(folder, AtomicBackup.METADATA)) as f:
-        return int(json.load(f)["epoch"])
+    path = os.path.join(folder, AtomicBackup.METADATA)
+    return int(read_json(path, f"delete the backup {folder} to resume from the one before, or "
+                               "the run folder to start again")["epoch"])
 
 
 class AtomicBackup(keras.callbacks.BackupAndRestore):
@@ -133,8 +135,8 @@ def interrupted_run_config(run_dir):
     path = os.path.join(run_dir, RUN_CONFIG)
     if not (has_backup(run_dir) and os.path.exists(path)):
         return None
-    with open(path) as f:
-        return json.load(f)
+    return read_json(path, "delete it to resume with the options given now, or the run folder "
+                           "to start again")
 
 
 def check_resume(run_dir, config):
@@ -188,8 +190,8 @@ def read_history(run_dir):
     path = os.path.join(run_dir, HISTORY)
     if not os.path.exists(path):
         return []
-    with open(path) as f:
-        return json.load(f)
+    return read_json(path, "delete it to start the run's history again, or the run folder to "
+                           "start the run again")
 
 
 class EpochLog(keras.callbacks.Callback):

@@ -46,6 +46,7 @@ from keras_vit.checkpoints.capabilities import (
     check_expressible,
     fixed_image_size,
 )
+from keras_vit.checks import read_json
 from keras_vit.layers.encoder import LAYER_NORM_EPSILON, EncoderConfig
 from keras_vit.models.description import Patches, ViTConfig
 from keras_vit.models.vit import ViTBackbone, ViTImageClassifier
@@ -299,8 +300,11 @@ def load(path, *, image_size=None, num_classes=None, drop_pre_logits=False, **ov
     """The keras_vit ViT of a keras-hub preset folder (a ``ViTImageClassifier``'s or a
     ``ViTBackbone``'s ``save_to_preset``), with ``load_checkpoint``'s options: through the
     official layout, which ``from_keras_hub`` shares, with keras-hub's exact GELU."""
-    keras_hub = _optional.need("keras_hub", "Reading a keras-hub preset folder")
     task = os.path.isfile(os.path.join(os.fspath(path), "task.json"))
+    for name in (*PRESET_FILES, *(("task.json",) if task else ())):  # keras-hub names none
+        read_json(os.path.join(os.fspath(path), name),
+                  "save the model to the folder again (save_to_preset)")
+    keras_hub = _optional.need("keras_hub", "Reading a keras-hub preset folder")
     hub = (keras_hub.models.ImageClassifier if task else keras_hub.models.Backbone).from_preset(
         os.fspath(path))
     model = from_keras_hub(hub)

@@ -51,6 +51,7 @@ from keras_vit.checkpoints.capabilities import (
     fixed_image_size,
 )
 from keras_vit.checkpoints.timm import read_state_dict
+from keras_vit.checks import read_json
 from keras_vit.layers.encoder import EncoderConfig
 from keras_vit.models.base import model_keywords
 from keras_vit.models.description import Head, Patches, ViTConfig
@@ -85,11 +86,8 @@ def is_folder(path):
 def read_folder(path):
     """``(config dict, {key: numpy array})`` of a transformers folder."""
     path = os.fspath(path)
-    try:
-        with open(os.path.join(path, "config.json")) as handle:
-            config = json.load(handle)
-    except (OSError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path!r} has no readable config.json ({error}).") from None
+    config = read_json(os.path.join(path, "config.json"),
+                       "save the model to the folder again (save_pretrained)")
     if config.get("model_type") != "vit":
         raise ValueError(
             f"{path!r} holds a transformers {config.get('model_type')!r} model; only 'vit' "

@@ -53,6 +53,7 @@ from keras.src.saving import saving_lib
 
 from keras_vit import _hooks, _optional
 from keras_vit._version import __version__
+from keras_vit.checks import read_json
 
 CONFIG_FILE = "config.json"
 MODEL_WEIGHTS_FILE = "model.weights.h5"
@@ -199,12 +200,7 @@ class _Folder:
         path = self.file(name)
         if path is None:
             return None
-        try:
-            with open(path, encoding="utf-8") as file:
-                return json.load(file)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path} is not valid JSON ({error}); save the model to the "
-                             "folder again (model.save_to_preset).") from None
+        return read_json(path, "save the model to the folder again (model.save_to_preset)")
 
 
 class _HubFolder(_Folder):

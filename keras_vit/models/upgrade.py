@@ -30,7 +30,6 @@ Only the model's weights are read: an optimizer state saved with the old file is
 (compile the model again to train on).
 """
 
-import json
 import os
 import tempfile
 import zipfile
@@ -38,6 +37,7 @@ import zipfile
 import keras
 import numpy as np
 
+from keras_vit.checks import read_json
 from keras_vit.models.description import MODEL_KEYWORDS, ResNetConfig, ViTConfig
 
 # The flat layout's classes -> (the description they map onto, today's classifier and backbone,
@@ -221,7 +221,9 @@ def _read_keras_file(path):
 
     try:
         with zipfile.ZipFile(path) as archive:
-            config = json.loads(archive.read("config.json"))
+            config = read_json(f"{os.fspath(path)} (its config.json)",
+                               "save the model again (model.save), or restore the file from a "
+                               "copy", text=archive.read("config.json"))
             with tempfile.TemporaryDirectory() as folder:
                 weights = archive.extract("model.weights.h5", folder)
                 with h5py.File(weights, "r") as f:
