@@ -1,9 +1,9 @@
-"""What a room calls on a floor above it, while every import points down.
+"""What a package calls on a layer above it, while every import points down.
 
 A model loads a preset by name (``ViTBackbone.from_preset("ViT-B/16")``) with the checkpoint
-readers, a floor above the models (docs/architecture.md). The models import nothing from there:
+readers, a layer above the models (docs/architecture.md). The models import nothing from there:
 they call a hook by its name (``get(NAMED_PRESETS)``); the module above that serves it fills it
-when it is imported (``fill``); and the package root, which stands above every floor and runs
+when it is imported (``fill``); and the package root, which stands above every layer and runs
 before any of its modules, names that module (``provided_by``), which the first call imports. The
 wiring is written once, at the top, and ``tests/test_layering.py`` reads every import as one
 that points down. Nothing here imports a room, or Keras.

@@ -1,9 +1,9 @@
-"""The argument checks every floor shares, each written once with its message.
+"""The argument checks every layer shares, each written once with its message.
 
 A model's settings are checked where they are made (a description's ``__post_init__``, a
 layer's constructor), a recipe's or a count's arguments where they are taken; all of them say
-the same thing the same way through these functions. The module imports no room of keras_vit
-(it serves layers on floor 1 and every floor above, as ``downloads`` and ``distribution`` do)
+the same thing the same way through these functions. The module imports no package of keras_vit
+(it serves layers on layer 1 and every layer above, as ``downloads`` and ``distribution`` do)
 and no Keras.
 
 Example:

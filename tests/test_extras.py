@@ -1,4 +1,4 @@
-"""The install commands of the README (issue 50, item 1): the first installs only what
+"""The install commands of the README: the first installs only what
 ``keras-vit train`` needs, and the dev extra pulls no TensorFlow in."""
 
 import pathlib

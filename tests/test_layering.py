@@ -1,23 +1,25 @@
-"""Data flows one way (docs/architecture.md): no module imports from a room above its own, or
-beside it on its floor, however it imports: by statement, by name at run time
+"""Data flows one way (docs/architecture.md): no module imports from a package above its own, or
+beside it on its layer, however it imports: by statement, by name at run time
 (``importlib.import_module("keras_vit.x")``, ``__import__``, ``keras_vit._optional.need``, the
 name written out or held in a module-level constant) or by attribute of the package
 (``keras_vit.x.y`` after ``import keras_vit``)."""
 
 import ast
+import json
 import pathlib
+import re
 
 import pytest
 
 import keras_vit
 
-pytestmark = pytest.mark.backend_independent  # the imports between rooms, read from the source
+pytestmark = pytest.mark.backend_independent  # the imports between packages, read from the source
 
 PACKAGE = pathlib.Path(keras_vit.__file__).parent
-ROOT = "keras_vit"  # the package root: the public names, above every floor
-# The rooms each room must not import (at module level or inside a function): those above it
-# and those beside it on its floor (docs/architecture.md). ``pretrained`` is a module that
-# stands on floor 3's rooms (it loads checkpoints into models and counts their weights).
+ROOT = "keras_vit"  # the package root: the public names, above every layer
+# The packages each package must not import (at module level or inside a function): those above it
+# and those beside it on its layer (docs/architecture.md). ``pretrained`` is a module that
+# stands on layer 3's packages (it loads checkpoints into models and counts their weights).
 FORBIDDEN = {
     "layers": {"data", "models", "checkpoints", "costs", "pretrained", "training", "evaluation",
                "inspection", "app"},
@@ -32,7 +34,7 @@ FORBIDDEN = {
     "evaluation": {"training", "inspection", "app"},
     "inspection": {"training", "evaluation", "app"},
 }
-# The modules at the package's top that serve several floors and import no room.
+# The modules at the package's top that serve several layers and import no package.
 SERVING = {"checks", "downloads", "distribution"}
 # Calls that import the module their first argument names: importlib's, the built-in, keras_vit's
 # import of an optional package, pkgutil's ("module:attribute").
@@ -165,15 +167,15 @@ def _imports_of(path):
     return imports(path.read_text(), _module_name(path), path.name == "__init__.py")
 
 
-def _room(module):
-    """The room (or top-level module) a keras_vit module is in; ``ROOT`` for the package
+def _package(module):
+    """The package (or top-level module) a keras_vit module is in; ``ROOT`` for the package
     itself."""
     return module.split(".")[1] if "." in module else ROOT
 
 
-def _files(room):
-    folder = PACKAGE / room
-    return sorted(folder.rglob("*.py")) if folder.is_dir() else [PACKAGE / f"{room}.py"]
+def _files(package):
+    folder = PACKAGE / package
+    return sorted(folder.rglob("*.py")) if folder.is_dir() else [PACKAGE / f"{package}.py"]
 
 
 def test_the_reading_sees_every_way_to_import():
@@ -201,25 +203,27 @@ def f(kind):
     assert unreadable == [15]
 
 
-def test_every_room_has_its_floor():
-    rooms = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").exists()} - SERVING
+def test_every_package_has_its_layer():
+    packages = {path.name for path in PACKAGE.iterdir()
+                if (path / "__init__.py").exists()} - SERVING
     loose = {path.stem for path in PACKAGE.glob("*.py") if not path.stem.startswith("_")}
-    assert rooms | {"pretrained"} == {*FORBIDDEN, "app"}, "give a new room its floor in FORBIDDEN"
-    assert loose - SERVING == {"pretrained"}, "give a new module its floor (FORBIDDEN) or SERVING"
+    assert packages | {"pretrained"} == {*FORBIDDEN, "app"}, (
+        "give a new package its layer in FORBIDDEN")
+    assert loose - SERVING == {"pretrained"}, "give a new module its layer (FORBIDDEN) or SERVING"
 
 
-def test_no_room_imports_from_above():
+def test_no_package_imports_from_above():
     wrong = []
-    for room, above in FORBIDDEN.items():
-        for path in _files(room):
+    for package, above in FORBIDDEN.items():
+        for path in _files(package):
             wrong += [f"{path.relative_to(PACKAGE)} imports {module}"
                       for module in sorted(_imports_of(path)[0])
-                      if _room(module) in above | {ROOT}]
+                      if _package(module) in above | {ROOT}]
     assert not wrong, "\n".join(wrong)
 
 
 def test_no_module_imports_the_package_root():
-    # The root's public names reach every room: importing one from inside goes up from any floor.
+    # The root's public names reach every package: importing one from inside goes up from any layer.
     wrong = [str(path.relative_to(PACKAGE)) for path in sorted(PACKAGE.rglob("*.py"))
              if path != PACKAGE / "__init__.py" and ROOT in _imports_of(path)[0]]
     assert not wrong, wrong
@@ -233,7 +237,7 @@ def test_every_import_by_name_is_readable():
 
 
 def test_only_the_package_root_names_what_fills_a_hook():
-    # A hook (keras_vit._hooks) is how a room calls a floor above it; which module serves it is
+    # A hook (keras_vit._hooks) is how a package calls a layer above it; which module serves it is
     # written at the top, once, where every import points down.
     wrong = [str(path.relative_to(PACKAGE)) for path in sorted(PACKAGE.rglob("*.py"))
              if path != PACKAGE / "__init__.py" and any(
@@ -245,17 +249,17 @@ def test_only_the_package_root_names_what_fills_a_hook():
 def test_the_library_never_imports_the_application():
     wrong = [str(path.relative_to(PACKAGE)) for path in sorted(PACKAGE.rglob("*.py"))
              if path.parts[len(PACKAGE.parts)] != "app" and path.name != "__main__.py"
-             and "app" in {_room(module) for module in _imports_of(path)[0]}]
+             and "app" in {_package(module) for module in _imports_of(path)[0]}]
     assert not wrong, wrong
 
 
-def test_the_modules_that_serve_several_floors_import_no_room():
-    # checks, downloads and distribution serve floor 1 and the floors above: a room of theirs
+def test_the_modules_that_serve_several_layers_import_no_package():
+    # checks, downloads and distribution serve layer 1 and the layers above: a package of theirs
     # would reach data into it (docs/architecture.md). The argument checks, which import
     # nothing, serve the other two as well; so do the hooks, the version, the backends' facts
     # and the processes' roll call (sockets only).
     serving = {"checks", "_backends"}
-    wrong = {name: sorted({_room(m) for path in _files(name) for m in _imports_of(path)[0]}
+    wrong = {name: sorted({_package(m) for path in _files(name) for m in _imports_of(path)[0]}
                           - serving - {name})
              for name in ("downloads", "distribution", "_hooks", "_version")}
     assert wrong == {"downloads": [], "distribution": [], "_hooks": [], "_version": []}
@@ -292,8 +296,63 @@ def _circles(graph):
 
 
 def test_no_module_imports_itself_through_others():
-    # The rooms' order leaves loops inside one room free; a loop of modules (a lazy import in a
-    # function, or one by name, included) still means two modules that cannot be read, or
+    # The packages' order leaves loops inside one package free; a loop of modules (a lazy import
+    # in a function, or one by name, included) still means two modules that cannot be read, or
     # changed, one at a time.
     graph = {_module_name(path): _imports_of(path)[0] for path in sorted(PACKAGE.rglob("*.py"))}
     assert _circles(graph) == []
+
+
+# The words of the tools that build the project, not of the project: its parts are modules,
+# packages and the layers of the architecture, and its text names no issue tracker's numbers
+# nor the machines its checks ran on. Every root a person reads is scanned; README.md,
+# docs/results.md, docs/notebooks.md, notebooks/ and benchmarks/ are edited by others at the
+# moment, so their hits may stand until those edits land.
+REPOSITORY = PACKAGE.parent
+SCANNED = ("keras_vit", "tests", "benchmarks", "docs", "README.md", "notebooks")
+TOOLING = re.compile(
+    # not np.floor(x), ops.floor, floor = ..., nor room as space ("room for the last name")
+    r"(?<![.\w])(?:rooms?|floors?)\b(?!\s*[(,=])(?!\s+(?:for|to|kept|left)\b)"
+    r"|\bissues? \d+|\blent GPU\b|\bdevice machine\b", re.IGNORECASE)
+
+
+def _tooling_words(text):
+    """``[(line number, the words)]`` of ``text`` that are the tools' vocabulary."""
+    return [(number, [m.group(0) for m in TOOLING.finditer(line)])
+            for number, line in enumerate(text.splitlines(), 1) if TOOLING.search(line)]
+
+
+def _readable_text(path):
+    """A notebook's markdown and code cells, one line each, as the file numbers them
+    approximately (cell, line); any other file as it is."""
+    if path.suffix != ".ipynb":
+        return path.read_text(encoding="utf-8", errors="replace")
+    cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+    return "\n".join("".join(cell.get("source", [])) for cell in cells
+                     if cell.get("cell_type") in ("markdown", "code"))
+
+
+def test_the_tooling_matcher():
+    assert _tooling_words("the models stand on floor 2, beside the other rooms") == [
+        (1, ["floor", "rooms"])]
+    assert _tooling_words("fixed in issue 38\nran on a lent GPU (the device machine)") == [
+        (1, ["issue 38"]), (2, ["lent GPU", "device machine"])]
+    assert _tooling_words("low = np.floor(x)\nops.floor(y) // 2\nfloor = 3\nmax(floor, 0)") == []
+    assert _tooling_words("a room of its own; the issues were fixed; a GPU lent") == [
+        (1, ["room"])]
+    assert _tooling_words("with room kept on the right, room for the last name") == []
+
+
+def test_no_tooling_words_in_the_project():
+    wrong = []
+    for root in SCANNED:
+        path = REPOSITORY / root
+        found = [path] if path.is_file() else sorted(
+            p for p in path.rglob("*") if p.suffix in (".py", ".md", ".ipynb", ".toml", ".txt")
+            and ".ipynb_checkpoints" not in p.parts) if path.is_dir() else []
+        for file in found:
+            if file == pathlib.Path(__file__):
+                continue  # this test names the words it looks for
+            wrong += [f"{file.relative_to(REPOSITORY)}:{number}: {', '.join(words)}"
+                      for number, words in _tooling_words(_readable_text(file))]
+    assert not wrong, "say module, package or layer; drop issue numbers:\n" + "\n".join(wrong)

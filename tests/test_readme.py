@@ -1,5 +1,5 @@
 """The README's Python quick start runs as printed, in a fresh interpreter with no backend chosen
-(issue 60: after the first command, which installs torch but not TensorFlow, Keras' default).
+(after the first command, which installs torch but not TensorFlow, Keras' default).
 Its one download, an official checkpoint, comes from a local mirror that serves a tiny
 official-format file under the published name."""
 

@@ -1,4 +1,4 @@
-"""The Keras backend of the ``keras-vit`` command, chosen before Keras is imported (issue 19).
+"""The Keras backend of the ``keras-vit`` command, chosen before Keras is imported.
 
 Keras fixes its backend when it is first imported: ``KERAS_BACKEND``, else the ``backend`` of
 ``keras.json`` (in ``$KERAS_HOME``, else ``~/.keras``), else TensorFlow, which Keras then writes

@@ -1,4 +1,4 @@
-"""How many epochs fit a wall-clock budget: ``keras-vit train --time-budget`` (issue 26).
+"""How many epochs fit a wall-clock budget: ``keras-vit train --time-budget``.
 
 A fixed epoch count ends on time only on the machine it was tuned on. ``measure_costs`` times
 this machine instead, before the learning-rate schedule is built: a few steps of the model's real

@@ -78,10 +78,10 @@ def _axis_weights(size_in, size_out):
     float32 as TensorFlow's kernel computes them (so that the results agree to the last bit)."""
     scale = np.float32(size_in) / np.float32(size_out)
     centre = (np.arange(size_out, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5)
-    floor = np.floor(centre)
-    low = np.maximum(floor, 0).astype(np.int64)
+    floored = np.floor(centre)
+    low = np.maximum(floored, 0).astype(np.int64)
     high = np.minimum(np.ceil(centre), size_in - 1).astype(np.int64)
-    return low, high, centre - floor
+    return low, high, centre - floored
 
 
 def resize(images, size):

@@ -130,7 +130,7 @@ class Description(Settings):
     ``image_size`` ((height, width), or None for any size), ``num_channels``, ``stride``
     (pixels per feature side), ``grid`` (the feature grid of ``image_size``), ``head`` (None
     for a backbone), ``flash_capable``, ``check_input`` and ``family_name`` (the name of its
-    record, ``family``, which the rooms above ask instead of the description's class).
+    record, ``family``, which the packages above ask instead of the description's class).
     """
 
     SECTIONS: ClassVar[dict] = {}
@@ -150,7 +150,7 @@ class Description(Settings):
     @property
     def family(self):
         """The family's record (``keras_vit.models.family.Family``): its names, classes, stem
-        and what it refuses; every question a room above asks of a family reads it."""
+        and what it refuses; every question a package above asks of a family reads it."""
         return _hooks.get(_hooks.FAMILIES)[self.family_name]
 
     @property

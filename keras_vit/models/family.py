@@ -1,4 +1,4 @@
-"""A model family as one record (``Family``): what every room above the models asks of a
+"""A model family as one record (``Family``): what every package above the models asks of a
 family reads a field of its record, and every table there is keyed by the record.
 
 A description answers ``config.family`` with its record; the registry

@@ -16,8 +16,8 @@ loader downloads (keras-hub installed); and names: a named preset (``cls.presets
 name ``"ViT-B/16"`` is its ImageNet-21k checkpoint), a published checkpoint
 (``"imagenet21k+imagenet2012/ViT-B_16"``, ``"augreg/ViT-S/16:cifar100"``), a paper name with
 ``load_weights=False`` (the randomly initialised model of the registry), a checkpoint file, a
-transformers folder. Names and foreign files are read by the checkpoint readers, a floor above
-the models (docs/architecture.md): this module calls them through a hook that floor fills
+transformers folder. Names and foreign files are read by the checkpoint readers, a layer above
+the models (docs/architecture.md): this module calls them through a hook that layer fills
 (``keras_vit._hooks.NAMED_PRESETS``, served by ``keras_vit.pretrained``) and imports nothing
 from above.
 

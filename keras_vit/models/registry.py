@@ -107,7 +107,7 @@ def _resnet_refusals(model):
                          _NO_TOKENS.format(model))
 
 
-# Every family, one record each (``keras_vit.models.family.Family``); the rooms above key their
+# Every family, one record each (``keras_vit.models.family.Family``); the packages above key their
 # tables by these.
 VIT = Family(
     "ViT", r"ViT-(Ti|S|B|L|H)[/_](\d+)", _vit,

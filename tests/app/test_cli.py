@@ -353,7 +353,7 @@ def test_a_resumed_run_trains_on_the_batches_of_an_uninterrupted_one(tmp_path, m
 
 
 def test_train_on_a_cut_data_file_says_which_file_in_one_line(tmp_path, capsys):
-    """A ``--data-dir`` whose images were cut short by an interrupted copy (issue 60)."""
+    """A ``--data-dir`` whose images were cut short by an interrupted copy."""
     from tests.data.test_data_offline import _cut, _write_large
 
     (tmp_path / "data").mkdir()

@@ -1,4 +1,4 @@
-"""The log of ``keras-vit train`` is readable where it is not a terminal (issue 50, item 3)."""
+"""The log of ``keras-vit train`` is readable where it is not a terminal."""
 
 import os
 import re

@@ -1,4 +1,4 @@
-"""benchmarks/gpu.py, the one-call GPU benchmark, runs whole at toy size on the CPU (issue 38):
+"""benchmarks/gpu.py, the one-call GPU benchmark, runs whole at toy size on the CPU:
 between the rare lends of a GPU it must not rot."""
 
 import json

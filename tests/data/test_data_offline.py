@@ -82,7 +82,7 @@ def test_digits_split():
         data.load_digits(test_fraction=1.5)
 
 
-# Unreadable files (issue 60): cut short as an interrupted copy leaves them, damaged, or not gzip
+# Unreadable files: cut short as an interrupted copy leaves them, damaged, or not gzip
 # at all. Each is refused with the file's name and what to do, by the place it was read from.
 def _write_large(folder, n=1000):
     """Fake files big enough that cutting one leaves part of its gzip stream."""

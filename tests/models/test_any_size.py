@@ -1,4 +1,4 @@
-"""Any image size at call time (issue 16): equal to ``resize_model`` at every size."""
+"""Any image size at call time: equal to ``resize_model`` at every size."""
 
 import keras
 import numpy as np

@@ -1,4 +1,4 @@
-"""Every family against every table that the rooms above key by family: each entry is filled,
+"""Every family against every table that the packages above key by family: each entry is filled,
 or the family refuses with a message. A new family missing from a table fails here, not at run
 time as a KeyError."""
 

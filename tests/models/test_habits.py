@@ -1,4 +1,4 @@
-"""keras-hub's habits on keras_vit's models (issue 50, item 4): presets, the classifier's
+"""keras-hub's habits on keras_vit's models: presets, the classifier's
 preprocessor, compile defaults, ``backbone.enable_lora``."""
 
 import json
