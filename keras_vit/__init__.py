@@ -93,7 +93,7 @@ if TYPE_CHECKING:
 _submodule, _submodule_names = _submodules.attribute_hook(__name__)
 _registration.watch()
 # The models' from_preset reads names and foreign files with the checkpoint readers, a layer
-# above them: that layer's module is named here, above every floor (keras_vit._hooks).
+# above them: that layer's module is named here, above every layer (keras_vit._hooks).
 _hooks.provided_by(_hooks.NAMED_PRESETS, "keras_vit.pretrained")
 # A description names its family's record, which names the model classes built on the
 # description: the records' module is named here, so that neither imports the other.

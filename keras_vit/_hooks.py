@@ -6,7 +6,7 @@ they call a hook by its name (``get(NAMED_PRESETS)``); the module above that ser
 when it is imported (``fill``); and the package root, which stands above every layer and runs
 before any of its modules, names that module (``provided_by``), which the first call imports. The
 wiring is written once, at the top, and ``tests/test_layering.py`` reads every import as one
-that points down. Nothing here imports a room, or Keras.
+that points down. Nothing here imports a package, or Keras.
 """
 
 import importlib
