@@ -1,4 +1,4 @@
-"""benchmarks/backend_gaps.py compares the same arithmetic in each framework (issue 19)."""
+"""benchmarks/backend_gaps.py compares the same arithmetic in each framework."""
 
 import importlib.util
 import os
