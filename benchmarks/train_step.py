@@ -1,6 +1,6 @@
 """Training-step speed of keras_vit on each Keras backend against timm's VisionTransformer.
 
-One command, one table (issue 19):
+One command, one table:
 
     python benchmarks/train_step.py                         # the small ViT, CPU
     python benchmarks/train_step.py --model small-hybrid    # `keras-vit train`'s default

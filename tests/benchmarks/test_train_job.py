@@ -1,5 +1,5 @@
 """benchmarks/train_job.py and benchmarks/throughput.py: the settings they compare are read and
-refused clearly (issue 63)."""
+refused clearly."""
 
 import os
 import sys

@@ -1,4 +1,4 @@
-"""benchmarks/train_step.py refuses clearly when what it compares is not installed (issue 19)."""
+"""benchmarks/train_step.py refuses clearly when what it compares is not installed."""
 
 import importlib.util
 import os
