@@ -4,7 +4,7 @@ Runs the command line in a subprocess, times it from the outside, and prints the
 the wall time, the process CPU time, the machine's load average (other processes sharing the CPU
 slow the wall time down; CPU time / cores is the unshared estimate) and the run's plan: the step
 time it measured before training, the epochs it chose for its ``--time-budget``, the time it
-expected and the epochs it trained after its re-plans. The verdict line checks the issue-26 bar:
+expected and the epochs it trained after its re-plans. The verdict line checks the project's bar:
 test accuracy >= 0.91 within the budget.
 
     python benchmarks/accuracy.py                      # the README's command, 600 s budget

@@ -1,4 +1,4 @@
-"""The training-step gaps to timm that are the backends' own, without keras_vit (issue 19).
+"""The training-step gaps to timm that are the backends' own, without keras_vit.
 
     python benchmarks/backend_gaps.py                  # every part whose packages are installed
     python benchmarks/backend_gaps.py --part block --rounds 7
@@ -57,72 +57,84 @@ def _block(xp, w, x, layer_norm, gelu, softmax):
     return x + xp.matmul(h, w["mlp2"]) + w["mlp2_bias"]
 
 
+def _jax_cases(weights, x):
+    import jax
+    import jax.numpy as jnp
+
+    def jax_ln(z):
+        mean = z.mean(-1, keepdims=True)
+        return (z - mean) * jax.lax.rsqrt(((z - mean) ** 2).mean(-1, keepdims=True) + 1e-6)
+
+    def jax_loss(w, z):
+        out = _block(jnp, w, z, jax_ln, lambda a: jax.nn.gelu(a, approximate=True),
+                     lambda a: jax.nn.softmax(a, -1))
+        return (out * out).mean()
+
+    w, z = jax.tree.map(jnp.asarray, (weights, x))
+    forward, gradient = jax.jit(jax_loss), jax.jit(jax.grad(jax_loss, argnums=(0, 1)))
+    return {"jax (jit, XLA:CPU)": (lambda: forward(w, z).block_until_ready(),
+                                   lambda: jax.block_until_ready(gradient(w, z)))}
+
+
+def _torch_cases(weights, x):
+    import torch
+    import torch.nn.functional as F
+
+    def torch_loss(w, z):
+        out = _block(torch, w, z, lambda a: F.layer_norm(a, (WIDTH,), eps=1e-6),
+                     lambda a: F.gelu(a, approximate="tanh"), lambda a: a.softmax(-1))
+        return (out * out).mean()
+
+    w = {k: torch.tensor(v, requires_grad=True) for k, v in weights.items()}
+    z = torch.tensor(x, requires_grad=True)
+
+    def torch_step():
+        torch_loss(w, z).backward()
+        for t in (*w.values(), z):
+            t.grad = None
+
+    return {"torch (eager)": (lambda: torch_loss(w, z).item(), torch_step)}
+
+
+def _tensorflow_cases(weights, x):
+    import tensorflow as tf
+
+    def tf_ln(z):
+        mean, variance = tf.nn.moments(z, axes=[-1], keepdims=True)
+        return (z - mean) * tf.math.rsqrt(variance + 1e-6)
+
+    def tf_loss(w, z):
+        out = _block(tf, w, z, tf_ln, lambda a: tf.nn.gelu(a, approximate=True),
+                     lambda a: tf.nn.softmax(a, -1))
+        return tf.reduce_mean(out * out)
+
+    w = {k: tf.Variable(v) for k, v in weights.items()}
+    z = tf.Variable(x)
+
+    def tf_grad(w, z):
+        with tf.GradientTape() as tape:
+            loss = tf_loss(w, z)
+        return tape.gradient(loss, (w, z))
+
+    cases = {}
+    for xla in (True, False):
+        forward = tf.function(tf_loss, jit_compile=xla)
+        gradient = tf.function(tf_grad, jit_compile=xla)
+        cases[f"tensorflow (tf.function, {'XLA' if xla else 'no XLA'})"] = (
+            lambda f=forward: f(w, z).numpy(),
+            lambda g=gradient: [t.numpy() for t in tf.nest.flatten(g(w, z))])
+    return cases
+
+
 def block_cases():
-    """Case name -> a no-argument function that waits for its result."""
+    """Case name -> a no-argument function that waits for its result: each installed framework's
+    block, forward and forward + backward."""
     weights, x = _weights()
     cases = {}
-    if importlib.util.find_spec("jax"):
-        import jax
-        import jax.numpy as jnp
-
-        def jax_ln(z):
-            mean = z.mean(-1, keepdims=True)
-            return (z - mean) * jax.lax.rsqrt(((z - mean) ** 2).mean(-1, keepdims=True) + 1e-6)
-
-        def jax_loss(w, z):
-            out = _block(jnp, w, z, jax_ln, lambda a: jax.nn.gelu(a, approximate=True),
-                         lambda a: jax.nn.softmax(a, -1))
-            return (out * out).mean()
-
-        w, z = jax.tree.map(jnp.asarray, (weights, x))
-        forward, gradient = jax.jit(jax_loss), jax.jit(jax.grad(jax_loss, argnums=(0, 1)))
-        cases["jax (jit, XLA:CPU)"] = (
-            lambda f=forward, w=w, z=z: f(w, z).block_until_ready(),
-            lambda g=gradient, w=w, z=z: jax.block_until_ready(g(w, z)))
-    if importlib.util.find_spec("torch"):
-        import torch
-        import torch.nn.functional as F
-
-        def torch_loss(w, z):
-            out = _block(torch, w, z, lambda a: F.layer_norm(a, (WIDTH,), eps=1e-6),
-                         lambda a: F.gelu(a, approximate="tanh"), lambda a: a.softmax(-1))
-            return (out * out).mean()
-
-        w = {k: torch.tensor(v, requires_grad=True) for k, v in weights.items()}
-        z = torch.tensor(x, requires_grad=True)
-
-        def torch_step(w=w, z=z):
-            torch_loss(w, z).backward()
-            for t in (*w.values(), z):
-                t.grad = None
-
-        cases["torch (eager)"] = (lambda w=w, z=z: torch_loss(w, z).item(), torch_step)
-    if importlib.util.find_spec("tensorflow"):
-        import tensorflow as tf
-
-        def tf_ln(z):
-            mean, variance = tf.nn.moments(z, axes=[-1], keepdims=True)
-            return (z - mean) * tf.math.rsqrt(variance + 1e-6)
-
-        def tf_loss(w, z):
-            out = _block(tf, w, z, tf_ln, lambda a: tf.nn.gelu(a, approximate=True),
-                         lambda a: tf.nn.softmax(a, -1))
-            return tf.reduce_mean(out * out)
-
-        w = {k: tf.Variable(v) for k, v in weights.items()}
-        z = tf.Variable(x)
-
-        def tf_grad(w, z):
-            with tf.GradientTape() as tape:
-                loss = tf_loss(w, z)
-            return tape.gradient(loss, (w, z))
-
-        for xla in (True, False):
-            forward = tf.function(tf_loss, jit_compile=xla)
-            gradient = tf.function(tf_grad, jit_compile=xla)
-            cases[f"tensorflow (tf.function, {'XLA' if xla else 'no XLA'})"] = (
-                lambda f=forward, w=w, z=z: f(w, z).numpy(),
-                lambda g=gradient, w=w, z=z: [t.numpy() for t in tf.nest.flatten(g(w, z))])
+    for module, make in (("jax", _jax_cases), ("torch", _torch_cases),
+                         ("tensorflow", _tensorflow_cases)):
+        if importlib.util.find_spec(module):
+            cases.update(make(weights, x))
     return {f"{name}, {kind}": fn for name, pair in cases.items()
             for kind, fn in zip(("forward", "forward+backward"), pair)}
 

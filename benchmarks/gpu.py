@@ -1,18 +1,31 @@
-"""ViT-B/16 on one GPU: keras_vit on jax and torch beside timm + torch.compile, in one run.
+"""ViT-B/16 training and inference on one NVIDIA GPU, keras_vit beside timm + torch.compile.
 
-On a lent GPU (issue 38), from the repository root, with the wheels of benchmarks/gpu_wheels.sh
-in .whl/ (named in the run's carry: the device has jax, torch and timm but no keras and no
-network), one command of at most 7.5 minutes (``--budget``), keras_vit coming from the checkout:
+keras_vit runs on jax and on Keras' torch backend. With ``--parts``, the same run also measures
+keras_vit's memory count against the measured peak for ViT sizes from Ti/16 to H/14, ViT-L/16
+inference beside timm, and AxialResNet50 against BiT-R50x1.
 
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 && set -o pipefail && python3 benchmarks/gpu.py --out $OUT/gpu.json 2>&1 | tee $OUT/gpu.log
+On a machine with an NVIDIA GPU, from the repository root:
 
-On a CPU, everything at toy size in a minute or two (tests/benchmarks/test_gpu.py runs it):
+    pip install -e . "jax[cuda13]" torch timm    # keras_vit from this checkout, and the others
+    python benchmarks/gpu.py --out gpu.json                # ViT-B/16: at most 7.5 minutes
+    python benchmarks/gpu.py --parts all --out gpu.json    # every part: at most 14 minutes
 
-    python benchmarks/gpu.py --size toy --out /tmp/gpu.json
+(``jax[cuda12]`` with a CUDA 12 driver.) Each row prints a line as it ends; then come a few lines
+on the card and the versions and a markdown table: training and inference images/s with their
+share of the card's bf16 matmul rate, the ratio to timm + torch.compile, the peak memory beside
+keras_vit's count, the bf16 logits' error; the other parts add a table of the memory count and
+lines of images/s. ``--out`` writes every number to a JSON file, rewritten as each row ends, so a
+run cut short keeps what it measured. A framework that is not installed makes its rows say
+"not installed", and the run goes on without them. The times above are ``--budget``'s caps.
 
-It runs, one after the other, each in a subprocess of its own (a Keras backend is fixed per
-process, and jax and torch would fight over the GPU's memory) with a time limit within the whole
-run's budget, so that one hang cannot take the run:
+On a CPU, the same code at toy size in a few minutes (tests/benchmarks/test_gpu.py runs it):
+
+    python benchmarks/gpu.py --size toy --parts all --out /tmp/gpu.json
+
+The ViT-B/16 part (``--parts vit-b16``, the default) runs, one after the other, each in a
+subprocess of its own (a Keras backend is fixed per process, and jax and torch would fight over
+the GPU's memory) with a time limit within the run's budget, so that one hang cannot take the
+run:
 
 - ``plan`` (on the CPU): the model's FLOPs by ``keras_vit.flops``, its training step's memory
   by ``keras_vit.memory``, and the batch that fills the card by that count
@@ -59,10 +72,37 @@ halved until it does (the row says so); a framework that is not installed makes 
 "not installed"; a row that fails or runs out of time keeps what it measured before. The JSON
 (``--out``) holds every number and is rewritten after each row; the table comes last.
 
-``--size toy`` is a two-layer ViT at 32 and 48 px, batch 8, on the CPU (bf16 there too), where
-``torch.compile`` runs with its ``aot_eager`` backend and ``jax-flash`` and ``torch-jit`` do not
-run (``TOY_NOTE`` and ``CPU_SKIPS`` say why).
-"""  # noqa: E501 -- the device command is one line, to be copied whole
+The other parts, each measurement again in a process of its own:
+
+- ``memory``: for each configuration of ``SIZES[...]["memory"]`` (ViT-Ti/16 to ViT-H/14 at
+  224 px, a training step and an inference step), a jax process under ``mixed_bfloat16`` (jax's
+  peak cannot be reset, so one process is one measurement; ``MEMORY_JOBS`` of them share the
+  card at a time, each allocating only what it uses). A training step is
+  train_step.keras_training's ``model.fit`` of one step, an inference step ``predict_on_batch``
+  of a batch already on the device. Measured: ``memory_stats()["peak_bytes_in_use"]`` after the
+  step (compilation and autotuning included, as a user's run has them); counted:
+  ``keras_vit.memory(model, 224, batch, training=..., dtype="mixed_bfloat16",
+  optimizer="adamw")``; then what XLA's compiled step allocates
+  (``keras_vit.costs.memory.xla_memory``) against the count. A batch that did not fit is halved
+  (the peak is then that of the failed try or more, and the row says so).
+- ``vit-l16``: ViT-L/16 inference at 224 and 384 px on jax with ``attention_implementation``
+  ``"xla"`` and ``"flash"`` (``KerasRow``, ``mixed_bfloat16``) and timm's
+  ``vit_large_patch16_224`` (``img_size=384`` for 384 px) under bf16 autocast, eager
+  (``TimmRow``);
+- ``axial``: AxialResNet50 beside BiT-R50x1 (jax, ``mixed_bfloat16``, the same batch), and
+  their ratio of seconds per batch.
+
+The ``vit-l16`` and ``axial`` processes run one at a time, each alone on the card: each builds
+and compiles its models, measures the bf16 matmul rate through its framework, then the median
+seconds of interleaved rounds of one batch per size or model; the share of the matmul rate is
+images/s x ``keras_vit.flops`` of an image (counted on the CPU) over the best rate of those
+processes.
+
+``--size toy`` is a two-layer ViT at 32 and 48 px, batch 8, on the CPU (bf16 there too), and
+one-unit-a-stage AxialResNet and BiT at 32 px; ``torch.compile`` runs with its ``aot_eager``
+backend there, ``jax-flash`` and ``torch-jit`` do not run (``TOY_NOTE`` and ``CPU_SKIPS`` say
+why), and jax reports no memory statistics on a CPU (the peak is None, the XLA count is not).
+"""
 
 import argparse
 import concurrent.futures
@@ -87,21 +127,45 @@ import train_step  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOY_NOTE = ("torch.compile with its aot_eager backend: inductor's C++ build of the kernels took "
             "88 s cold on a 2-core CPU for this toy model")
+IMAGENET = dict(channels=3, num_classes=1000, image_size=224)
+TOY_VIT = dict(name="ViT-Ti/8", image_size=32, channels=3, num_classes=10, hidden_size=32,
+               num_layers=2, num_heads=2, mlp_dim=64, classifier="token")
 SIZES = {
     "full": dict(
         spec=dict(name="ViT-B/16", timm="vit_base_patch16_224", image_size=224, channels=3,
                   num_classes=1000, hidden_size=768, num_layers=12, num_heads=12,
                   mlp_dim=3072, classifier="token"),
         inference_sizes=(224, 384), device="gpu", batch=None, steps=4, warmup=1, rounds=3,
-        inference_rounds=5, matmul=8192, matmul_repeats=10, budget=450, jobs=1,
-        compile_backend="inductor", compile_note=None),
+        inference_rounds=5, matmul=8192, matmul_repeats=10, jobs=1,
+        compile_backend="inductor", compile_note=None,
+        # The other parts. memory: (label, spec, training, batch), smallest first, ViT-H/14
+        # last (it runs if time is left).
+        memory=[(f"{name} {'train' if training else 'infer'}", dict(IMAGENET, name=name),
+                 training, batches[training])
+                for training in (False, True)
+                for name, batches in (("ViT-Ti/16", (256, 256)), ("ViT-S/16", (256, 128)),
+                                      ("ViT-B/16", (256, 64)), ("ViT-L/16", (128, 64)),
+                                      ("ViT-H/14", (64, 32)))],
+        vit_l=dict(IMAGENET, name="ViT-L/16", timm="vit_large_patch16_224"),
+        vit_l_inference=((224, 128), (384, 64)), speed_rounds=10,
+        axial=dict(models={"AxialResNet50": {}, "BiT-R50x1": {}}, image_size=224, batch=64,
+                   num_classes=1000)),
     "toy": dict(
-        spec=dict(name="ViT-Ti/8", image_size=32, channels=3, num_classes=10, hidden_size=32,
-                  num_layers=2, num_heads=2, mlp_dim=64, classifier="token"),
-        inference_sizes=(32, 48), device="cpu", batch=8, steps=2, warmup=1, rounds=2,
-        inference_rounds=3, matmul=256, matmul_repeats=4, budget=600, jobs=2,
-        compile_backend="aot_eager", compile_note=TOY_NOTE),
+        spec=TOY_VIT, inference_sizes=(32, 48), device="cpu", batch=8, steps=2, warmup=1,
+        rounds=2, inference_rounds=3, matmul=256, matmul_repeats=4, jobs=2,
+        compile_backend="aot_eager", compile_note=TOY_NOTE,
+        memory=[("toy ViT train", TOY_VIT, True, 8), ("toy ViT infer", TOY_VIT, False, 16)],
+        vit_l=TOY_VIT, vit_l_inference=((32, 8), (48, 8)), speed_rounds=3,
+        axial=dict(models={"AxialResNet50": dict(block_units=(1, 1), width_factor=0.5,
+                                                 num_heads=2),
+                           "BiT-R50x1": dict(block_units=(1, 1), width_factor=0.5)},
+                   image_size=32, batch=2, num_classes=10)),
 }
+PARTS = ("vit-b16", "memory", "vit-l16", "axial")
+# Each part's share of the run's default budget, seconds.
+PART_BUDGET_S = {"full": {"vit-b16": 450, "memory": 90, "vit-l16": 240, "axial": 60},
+                 "toy": {"vit-b16": 600, "memory": 200, "vit-l16": 240, "axial": 120}}
+MEMORY_JOBS = {"full": 5, "toy": 2}  # memory processes sharing the card at a time
 # Rows, in the order they run: the reference first, then keras_vit's best hopes, Keras' torch
 # compile last (it may not finish compiling).
 ROWS = {
@@ -139,7 +203,9 @@ REFERENCE = "timm-compile"
 # budget); at toy size every row may take TOY_LIMIT_S.
 LIMIT_S = {"plan": 90, "timm-compile": 180, "jax-flash": 120, "jax-xla": 120, "timm": 75,
            "torch": 90, "torch-keras-schedule": 60, "torch-device-data": 60,
-           "torch-device-data-xla": 60, "jax-flash-device-data": 100, "torch-jit": 120}
+           "torch-device-data-xla": 60, "jax-flash-device-data": 100, "torch-jit": 120,
+           "count": 60, "vit-l16-jax-xla": 100, "vit-l16-jax-flash": 100, "vit-l16-timm": 60,
+           "axial": 60}
 TOY_LIMIT_S = 240
 NO_CPU_FLASH = ("no flash attention on a CPU: keras_vit refuses attention_implementation="
                 "'flash' there (docs/runtimes.md)")
@@ -151,11 +217,25 @@ CPU_SKIPS = {
                  "Keras' name counter, until torch's recompile limit; a toy model's first epoch "
                  "took over 5 minutes on a 2-core CPU",
 }
+# The other parts' inference processes, in the order they run.
+SPEED = {
+    "vit-l16-jax-xla": dict(label="ViT-L/16, keras_vit, jax, XLA attention", framework="keras",
+                            backend="jax", options={"attention_implementation": "xla"},
+                            part="vit-l16"),
+    "vit-l16-jax-flash": dict(label="ViT-L/16, keras_vit, jax, flash attention",
+                              framework="keras", backend="jax",
+                              options={"attention_implementation": "flash"}, part="vit-l16"),
+    "vit-l16-timm": dict(label="ViT-L/16, timm, bf16 autocast, eager", framework="timm",
+                         part="vit-l16"),
+    "axial": dict(label="AxialResNet50 vs BiT-R50x1, jax", framework="axial", backend="jax",
+                  part="axial"),
+}
+CPU_SKIPS["vit-l16-jax-flash"] = NO_CPU_FLASH
 REQUIRES = {"jax": ("keras", "jax"), "torch": ("keras", "torch"), "timm": ("torch", "timm"),
             "plan": ("keras",)}
-INSTALL = {"keras": "pip install keras; on a device without network, the wheels of "
-                    "benchmarks/gpu_wheels.sh", "jax": "pip install 'jax[cuda13]'",
+INSTALL = {"keras": "pip install keras", "jax": "pip install 'jax[cuda13]'",
            "torch": "pip install torch", "timm": "pip install timm"}
+POLICY = "mixed_bfloat16"
 MEMORY_FRACTION = 0.85  # of the card, for the batch the memory count chooses
 GIB = 2**30
 
@@ -620,6 +700,173 @@ def plan_worker(args):
 
 
 # ---------------------------------------------------------------------------------------------
+# The other parts' workers: the memory count against the measured peak, and inference speed.
+
+
+def _args_for(args, spec):
+    """The namespace ``KerasRow`` and ``TimmRow`` read (spec, device, matmul size)."""
+    return types.SimpleNamespace(spec=spec, device=args.device, matmul=args.matmul,
+                                 matmul_repeats=args.matmul_repeats, compile_backend=None,
+                                 compile_note=None)
+
+
+def _memory_stats():
+    import jax
+
+    stats = jax.devices()[0].memory_stats()  # None on a CPU
+    return {k: stats.get(k) for k in ("peak_bytes_in_use", "bytes_in_use", "bytes_limit")} \
+        if stats else None
+
+
+def _memory_step(row, spec, training, args):
+    """A call that builds and runs one step of ``batch`` images: its model."""
+
+    def step(batch):
+        if training:
+            step_args = types.SimpleNamespace(device=args.device, batch=batch, steps=1)
+            model, run = train_step.keras_training(spec, {"dtype_policy": POLICY}, step_args)
+            run()
+        else:
+            model, _, call = row.inference(spec["image_size"], batch)
+            call()
+        return model
+
+    return step
+
+
+def memory_worker(args):
+    """One configuration's step, its peak against keras_vit.memory, then against XLA's count."""
+    import keras
+
+    from keras_vit import memory
+    from keras_vit.costs.memory import xla_memory
+
+    _, spec, training, batch = args.memory[args.index]
+    row = KerasRow(_args_for(args, spec), {})
+    if _measured("setup", row.setup) is None:
+        return 1
+    train_step._reply({"part": "before", "memory_stats": _memory_stats()})
+    step, kept = _memory_step(row, spec, training, args), {}
+
+    def peak():
+        model, too_large = with_lowered_batch(step, batch, row.free)
+        used = batch // 2 ** len(too_large)
+        stats = _memory_stats()
+        count = memory(model, spec["image_size"], used, training=training, dtype=POLICY,
+                       optimizer="adamw")
+        measured = stats and stats["peak_bytes_in_use"]
+        kept.update(model=model, batch=used, count=count)
+        return {"batch": used, "too_large": too_large, "training": training,
+                "memory_stats": stats, "peak_bytes": measured, "count_bytes": int(count),
+                "count_parts": count.parts, "peak_over_count": measured and measured / count}
+
+    if _measured("peak", peak) is None:
+        return 1
+    keras.config.set_dtype_policy(POLICY)
+
+    def xla():
+        compiled = xla_memory(kept["model"], kept["batch"], training=training, optimizer="adamw")
+        return {"xla_bytes": compiled, "count_over_xla": kept["count"] / compiled}
+
+    _measured("xla", xla)
+    train_step._reply({"part": "done"})
+    return 0
+
+
+def count_worker(args):
+    """keras_vit.flops of an image for each inference process (by name, nothing built)."""
+    from keras_vit import flops
+
+    vit = {k: args.vit_l[k] for k in train_step.SHAPE_KEYS if k in args.vit_l}
+    vit["num_classes"] = args.vit_l["num_classes"]
+    train_step._reply({"part": "vit", **{str(s): int(flops(args.vit_l["name"], s, **vit))
+                                        for s, _ in args.vit_l_inference}})
+    axial = args.axial
+    train_step._reply({"part": "axial", **{
+        name: int(flops(name, axial["image_size"], num_classes=axial["num_classes"], **extra))
+        for name, extra in axial["models"].items()}})
+    train_step._reply({"part": "done"})
+    return 0
+
+
+class AxialRow:
+    """AxialResNet50 and BiT-R50x1 under jax ``mixed_bfloat16``, one batch each."""
+
+    def __init__(self, args):
+        self.args = args
+        self.keras_row = KerasRow(_args_for(args, args.vit_l), {})
+
+    def setup(self):
+        return self.keras_row.setup()
+
+    def matmul(self):
+        return self.keras_row.matmul()
+
+    def prepare(self):
+        """Model name -> (a call that predicts one batch, compiled, its batch, [])."""
+        import keras
+
+        from keras_vit import create_model
+
+        axial, calls = self.args.axial, {}
+        keras.config.set_dtype_policy(POLICY)
+        images = keras.ops.convert_to_tensor(_images(axial["batch"], axial["image_size"],
+                                                     channels_last=True))
+        for name, extra in axial["models"].items():
+            try:
+                model = create_model(name, image_size=axial["image_size"],
+                                     num_classes=axial["num_classes"], **extra)
+                model.predict_on_batch(images)  # compiles
+            except Exception as error:  # noqa: BLE001 -- reported; the other model still runs
+                train_step._reply({"part": name, "error": error_text(error)})
+                continue
+            calls[name] = (lambda m=model: m.predict_on_batch(images))
+        return {name: (call, axial["batch"], []) for name, call in calls.items()}
+
+
+def _prepare_vit(impl, args):
+    """Size -> (a call that predicts one batch, compiled, its batch, the batches too large)."""
+    prepared = {}
+    for size, batch in args.vit_l_inference:
+        try:
+            (_, _, call), too_large = with_lowered_batch(
+                lambda b, s=size: impl.inference(s, b), batch, impl.free)
+        except Exception as error:  # noqa: BLE001 -- reported; the other size still runs
+            train_step._reply({"part": f"inference-{size}", "error": error_text(error)})
+            continue
+        prepared[str(size)] = (call, batch // 2 ** len(too_large), too_large)
+    return prepared
+
+
+def speed_worker(args):
+    """An inference process: build and compile, then the matmul rate, then the interleaved
+    medians of the prepared calls (one batch per size or model)."""
+    how = SPEED[args.worker]
+    if how["framework"] == "keras":
+        impl = KerasRow(_args_for(args, args.vit_l), dict(how["options"]))
+    elif how["framework"] == "timm":
+        train_step._import_timm()
+        impl = TimmRow(_args_for(args, args.vit_l), compiled=False)
+    else:
+        impl = AxialRow(args)
+    if _measured("setup", impl.setup) is not None:
+        prepared = impl.prepare() if how["framework"] == "axial" else _prepare_vit(impl, args)
+        _measured("matmul", impl.matmul)
+        try:
+            seconds = _median_seconds()({k: p[0] for k, p in prepared.items()},
+                                        rounds=args.speed_rounds)
+        except Exception as error:  # noqa: BLE001
+            train_step._reply({"part": "timing", "error": error_text(error)})
+            seconds = {}
+        for key, value in seconds.items():
+            _, batch, too_large = prepared[key]
+            train_step._reply({"part": f"time-{key}", "seconds": value, "batch": batch,
+                               "images_per_s": batch / value, "too_large": too_large})
+    train_step._reply({"part": "done"})
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
 # The orchestrator.
 
 
@@ -636,26 +883,34 @@ def card():
 
 
 def missing_packages(name):
-    """The packages row ``name`` (or ``"plan"``) needs that are not installed."""
-    if name == "plan":
+    """The packages row or process ``name`` (or ``"plan"``) needs that are not installed."""
+    if name in ("plan", "count"):
         needs = REQUIRES["plan"]
+    elif name == "memory":
+        needs = REQUIRES["jax"]
     else:
-        needs = REQUIRES[ROWS[name].get("backend", ROWS[name]["framework"])]
+        how = ROWS.get(name) or SPEED[name]
+        needs = REQUIRES[how.get("backend", how["framework"])]
     return [m for m in needs if importlib.util.find_spec(m) is None]
 
 
 def worker_environment(name, args):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    if name == "plan":
+    # keras_vit from this checkout, whatever the caller's PYTHONPATH.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (ROOT, env.get("PYTHONPATH"))))
+    if name in ("plan", "count"):
         env["KERAS_BACKEND"] = "jax" if importlib.util.find_spec("jax") else "torch"
+    elif name == "memory":
+        # Several memory processes share the card: each takes what it uses (its peak is its own).
+        env.update(KERAS_BACKEND="jax", XLA_PYTHON_CLIENT_PREALLOCATE="false")
     else:
-        env["KERAS_BACKEND"] = ROWS[name].get("backend", "torch")
+        env["KERAS_BACKEND"] = (ROWS.get(name) or SPEED[name]).get("backend", "torch")
         # One row on the card at a time: most of it for XLA's pool, as the memory count assumes.
         env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
-        env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     # Counting needs no device, and the toy run stays on the CPU also beside a GPU.
-    if name == "plan" or args.device == "cpu":
+    if name in ("plan", "count") or args.device == "cpu":
         env.update(JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
     if args.size == "toy":
         # A toy run's time is compilation: XLA:CPU builds unoptimised code in about half.
@@ -706,12 +961,12 @@ def run_worker(command, env, limit):
     return messages, stopped, log.read()[-4000:]
 
 
-def _command(name, args):
+def _command(name, args, index=None):
     command = [sys.executable, os.path.abspath(__file__), "--worker", name, "--size", args.size,
                "--batch", str(args.batch or 0)] + (["--profile"] if args.profile else [])
     if args.card_gib:
         command += ["--card-gib", str(args.card_gib)]
-    return command
+    return command + (["--index", str(index)] if index is not None else [])
 
 
 def run_plan(args, limit):
@@ -858,7 +1113,7 @@ def _skip_reason(name, args, left):
     if args.device == "cpu" and name in CPU_SKIPS:
         return "skipped", CPU_SKIPS[name]
     if left < 20:
-        return "skipped", f"the run's {args.budget:.0f} s were spent"
+        return "skipped", "the time of its part of the run's budget was spent"
     return None
 
 
@@ -869,20 +1124,36 @@ def _plan(args, limit):
     return run_plan(args, limit)
 
 
+def new_results(args):
+    """The run's results before any part: what was asked, the date, the versions, the card."""
+    return {"size": args.size, "parts": list(args.parts), "spec": args.spec,
+            "inference_sizes": list(args.inference_sizes),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "environment": train_step.environment(), "budget_s": args.budget,
+            "card": card() if args.device == "gpu" else None, "matmul_n": args.matmul,
+            "rows": dict.fromkeys(args.rows if "vit-b16" in args.parts else [])}
+
+
 def orchestrate(args):
+    """Run the parts asked for, in ``PARTS``'s order; the results, also written to ``--out``."""
     start = time.monotonic()
-    results = {"size": args.size, "spec": args.spec, "inference_sizes": list(args.inference_sizes),
-               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-               "environment": train_step.environment(), "budget_s": args.budget,
-               "card": card() if args.device == "gpu" else None, "matmul_n": args.matmul,
-               "rows": dict.fromkeys(args.rows)}
+    results = new_results(args)
     if results["card"]:
         args.card_gib = results["card"]["memory_bytes"] / GIB
+    if "vit-b16" in args.parts:
+        rows_part(results, args, start)
+    if set(args.parts) - {"vit-b16"}:
+        other_parts(Recorder(results, args, start))
+    return results
+
+
+def rows_part(results, args, start):
+    """The ViT-B/16 rows: the plan, then each row in a worker, then the table."""
     limits = LIMIT_S if args.size == "full" else dict.fromkeys(LIMIT_S, TOY_LIMIT_S)
     lock = threading.Lock()
 
     def row(name):
-        left = args.budget - (time.monotonic() - start)
+        left = args.rows_budget - (time.monotonic() - start)
         skip = _skip_reason(name, args, left)
         if skip:
             result = {"label": ROWS[name]["label"], "status": skip[0], "reason": skip[1]}
@@ -911,7 +1182,6 @@ def orchestrate(args):
     print(table(results))
     if args.profile:
         print(profiles(results))
-    return results
 
 
 def profiles(results):
@@ -962,16 +1232,230 @@ def write(results, path):
     os.replace(path + ".part", path)
 
 
+# ---------------------------------------------------------------------------------------------
+# The other parts' orchestration.
+
+
+class Recorder:
+    """The other parts' results as they stand: recorded under the lock, the shares derived, a
+    line printed, the JSON rewritten."""
+
+    def __init__(self, results, args, start):
+        self.results, self.args, self.start = results, args, start
+        self.lock = threading.Lock()
+        results.update(count=None, memory={}, speed={}, speed_matmul_tflops=None)
+
+    def left(self, part_end=None):
+        """Seconds left of the run's budget, and of the part's if it ends at ``part_end``."""
+        now = time.monotonic()
+        left = self.args.budget - (now - self.start)
+        return left if part_end is None else min(left, part_end - now)
+
+    def record(self, section, key, value, line=None):
+        with self.lock:
+            if key is None:
+                self.results[section] = value
+            else:
+                self.results[section][key] = value
+            add_speed_shares(self.results)
+            if line:
+                print(line, file=sys.stderr)
+            self.results["wall_s"] = round(time.monotonic() - self.start, 1)
+            if self.args.out:
+                write(self.results, self.args.out)
+
+
+def other_parts(recorder):
+    """``memory``, ``vit-l16`` and ``axial`` as asked, the FLOPs counted beside; their table."""
+    args = recorder.args
+    for label, *_ in args.memory if "memory" in args.parts else []:
+        recorder.results["memory"][label] = {"status": "not run yet"}
+    counting = threading.Thread(target=count_part, args=(recorder,))
+    counting.start()
+    if "memory" in args.parts:
+        memory_part(recorder)
+    speed_part(recorder)
+    counting.join()
+    recorder.record("speed", None, recorder.results["speed"])
+    print(other_table(recorder.results), flush=True)
+
+
+def _parts(messages):
+    parts = {message.pop("part"): message for message in messages}
+    parts.pop("done", None)
+    return parts
+
+
+def memory_part(recorder):
+    """Each configuration of ``args.memory`` in a jax process, ``MEMORY_JOBS`` at a time, within
+    the part's share of the budget."""
+    args = recorder.args
+    end = time.monotonic() + PART_BUDGET_S[args.size]["memory"]
+
+    def one(index):
+        label, _, _, batch = args.memory[index]
+        left = recorder.left(end)
+        if left < 10:
+            recorder.record("memory", label, {"status": "skipped: the memory part's time was "
+                                              "spent"}, f"memory {label}: skipped")
+            return
+        messages, stopped, log = run_worker(_command("memory", args, index),
+                                            worker_environment("memory", args), left)
+        row = {"status": stopped or "ok", "batch_asked": batch, **_parts(messages)}
+        if stopped:
+            row["log_tail"] = log
+        recorder.record("memory", label, row, _memory_line(label, row))
+
+    if missing_packages("memory"):
+        for label, *_ in args.memory:
+            recorder.record("memory", label, {"status": "not installed: " + ", ".join(
+                missing_packages("memory"))})
+        return
+    with concurrent.futures.ThreadPoolExecutor(MEMORY_JOBS[args.size]) as pool:
+        list(pool.map(one, range(len(args.memory))))
+
+
+def count_part(recorder):
+    """keras_vit.flops of the inference processes' models, on the CPU."""
+    args = recorder.args
+    if missing_packages("count"):
+        counts = {"status": "not installed: " + ", ".join(missing_packages("count"))}
+    else:
+        limit = LIMIT_S["count"] if args.size == "full" else TOY_LIMIT_S
+        messages, stopped, log = run_worker(_command("count", args),
+                                            worker_environment("count", args),
+                                            min(limit, recorder.left()))
+        counts = {**_parts(messages), "status": stopped or "ok"}
+        if stopped:
+            counts["log_tail"] = log
+    recorder.record("count", None, counts, f"count: {counts}")
+
+
+def speed_part(recorder):
+    """The inference processes of the parts asked for, one at a time, each alone on the card."""
+    args = recorder.args
+    limits = LIMIT_S if args.size == "full" else dict.fromkeys(LIMIT_S, TOY_LIMIT_S)
+    for part in ("vit-l16", "axial"):
+        if part not in args.parts:
+            continue
+        end = time.monotonic() + PART_BUDGET_S[args.size][part]
+        for name in (n for n, how in SPEED.items() if how["part"] == part):
+            left = recorder.left(end)
+            skip = _skip_reason(name, args, left)
+            if skip:
+                row = {"label": SPEED[name]["label"], "status": f"{skip[0]}: {skip[1]}",
+                       "time": {}, "errors": {}}
+            else:
+                row = run_speed(name, args, min(limits[name], left))
+            recorder.record("speed", name, row, _speed_line(name, row))
+
+
+def run_speed(name, args, limit):
+    """One inference process: its setup, matmul rate and times, or why it stopped."""
+    messages, stopped, log = run_worker(_command(name, args), worker_environment(name, args),
+                                        limit)
+    row = {"label": SPEED[name]["label"], "status": "ok", "limit_s": round(limit), "time": {},
+           "errors": {}}
+    if not any(m.get("part") == "done" for m in messages):
+        row["status"], row["log_tail"] = stopped or "ended early", log
+    for message in messages:
+        part = message.pop("part")
+        if "error" in message:
+            row["errors"][part] = message["error"]
+        elif part.startswith("time-"):
+            row["time"][part[5:]] = message
+        elif part != "done":
+            row[part] = message
+    return row
+
+
+def add_speed_shares(results):
+    """The best matmul rate of the inference processes, each time's share of it, and the
+    AxialResNet50 / BiT-R50x1 ratio, as they stand."""
+    speed, flops = results["speed"], results["count"] or {}
+    rates = [(row.get("matmul") or {}).get("tflops") for row in speed.values()]
+    rate = results["speed_matmul_tflops"] = max(filter(None, rates), default=None)
+    for name, row in speed.items():
+        counts = flops.get("axial" if name == "axial" else "vit") or {}
+        for key, timed in (row.get("time") or {}).items():
+            if rate and key in counts:
+                timed["gflops_per_image"] = counts[key] / 1e9
+                timed["share_of_matmul"] = timed["images_per_s"] * counts[key] / (rate * 1e12)
+    timed = (speed.get("axial") or {}).get("time") or {}
+    if "AxialResNet50" in timed and "BiT-R50x1" in timed:
+        speed["axial"]["axial_over_bit"] = (timed["AxialResNet50"]["seconds"]
+                                            / timed["BiT-R50x1"]["seconds"])
+
+
+def _errors_text(errors):
+    return "; ".join(f"{k}: {' '.join(e.split())[:300]}" for k, e in errors.items())
+
+
+def _memory_line(label, row):
+    peak, xla = row.get("peak") or {}, row.get("xla") or {}
+    text = f"memory {label}: {row['status']}"
+    if "count_bytes" in peak:
+        text += (f"; batch {peak['batch']}, peak {_gib(peak['peak_bytes'])} GiB, count "
+                 f"{_gib(peak['count_bytes'])} GiB")
+        if peak.get("peak_over_count"):
+            text += f", peak/count {peak['peak_over_count']:.2f}"
+    if "xla_bytes" in xla:
+        text += f"; XLA {_gib(xla['xla_bytes'])} GiB, count/XLA {xla['count_over_xla']:.2f}"
+    errors = {k: v["error"] for k, v in row.items() if isinstance(v, dict) and "error" in v}
+    if row.get("log_tail", "").strip():
+        errors["log"] = row["log_tail"].strip().splitlines()[-1]
+    return text + ("; " + _errors_text(errors) if errors else "")
+
+
+def _speed_line(name, row):
+    parts = [f"{k} {v['images_per_s']:,.1f} images/s (batch {v['batch']}"
+             + (f", {v['share_of_matmul']:.1%} of matmul" if "share_of_matmul" in v else "")
+             + ")" for k, v in (row.get("time") or {}).items()]
+    text = "; ".join([f"{row['label']}: {row['status']}", *parts])
+    if row.get("log_tail", "").strip():
+        text += "; log: " + row["log_tail"].strip().splitlines()[-1][:300]
+    if row.get("axial_over_bit"):
+        text += f"; AxialResNet50 / BiT-R50x1 {row['axial_over_bit']:.2f}"
+    if row.get("errors"):
+        text += "; " + _errors_text(row["errors"])
+    return text
+
+
+def other_table(results):
+    """The other parts' lines: the memory table (peak and XLA against the count), then a line
+    for each inference process."""
+    lines = ["", f"bf16 matmul of the inference processes, best TFLOP/s: "
+                 f"{results['speed_matmul_tflops']}"]
+    if results["memory"]:
+        lines += ["| configuration | batch | peak GiB | count GiB | peak / count | XLA GiB | "
+                  "count / XLA | status |", "|---|---|---|---|---|---|---|---|"]
+    for label, row in results["memory"].items():
+        peak, xla = row.get("peak") or {}, row.get("xla") or {}
+        ratio, over = peak.get("peak_over_count"), xla.get("count_over_xla")
+        lines.append(f"| {label} | {peak.get('batch', '-')} | {_gib(peak.get('peak_bytes'))}"
+                     f" | {_gib(peak.get('count_bytes'))} | "
+                     f"{f'{ratio:.2f}' if ratio else '-'} | {_gib(xla.get('xla_bytes'))} | "
+                     f"{f'{over:.2f}' if over else '-'} | {row['status']} |")
+    lines += [_speed_line(name, row) for name, row in results["speed"].items()]
+    return "\n".join(lines)
+
+
 def parse(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", choices=sorted(SIZES), default="full",
                         help="full: ViT-B/16 on a GPU (default); toy: a two-layer ViT on the CPU")
+    parser.add_argument("--parts", nargs="+", choices=[*PARTS, "all"], default=["vit-b16"],
+                        help="vit-b16: the ViT-B/16 rows (default); memory: keras_vit's memory "
+                        "count against the measured peak; vit-l16: ViT-L/16 inference beside "
+                        "timm; axial: AxialResNet50 against BiT-R50x1; all: every part")
     parser.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS),
-                        help="the rows to run, in this order (default: all)")
+                        help="the ViT-B/16 rows to run, in this order (default: all)")
     parser.add_argument("--batch", type=int, help="the batch of every row (default: the one "
                         "that fills the card by keras_vit.largest_batch; 8 at toy size)")
     parser.add_argument("--budget", type=float,
-                        help="seconds for the whole run (default 450; 600 at toy size)")
+                        help="seconds for the whole run (default: the parts' shares, "
+                        f"{PART_BUDGET_S['full']}; at toy size {PART_BUDGET_S['toy']}); the "
+                        "ViT-B/16 rows get what the other parts' shares leave")
     parser.add_argument("--out", help="write every number to this JSON file (after each row)")
     parser.add_argument("--jobs", type=int, help="workers at a time on a CPU (default 2 at toy "
                         "size; 1 on a GPU, where rows would share the card)")
@@ -983,6 +1467,7 @@ def parse(argv=None):
                         "step dispatches")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--card-gib", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--index", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker is None and args.batch is not None and args.batch < 1:
         parser.error(f"--batch must be at least 1, got {args.batch}")
@@ -991,6 +1476,11 @@ def parse(argv=None):
                      "its memory and time), and at least 1 on a CPU")
     args.batch = args.batch or None  # a worker is passed 0 when the plan has not chosen yet
     args.batch_given = args.batch is not None
+    args.parts = [p for p in PARTS if p in args.parts or "all" in args.parts]
+    shares = PART_BUDGET_S[args.size]
+    if args.budget is None:
+        args.budget = sum(shares[p] for p in args.parts)
+    args.rows_budget = args.budget - sum(shares[p] for p in args.parts if p != "vit-b16")
     return with_size_defaults(args, SIZES[args.size])
 
 
@@ -1007,10 +1497,10 @@ def with_size_defaults(args, size):
 
 def main(argv=None):
     args = parse(argv)
-    if args.worker == "plan":
-        return plan_worker(args)
+    workers = {"plan": plan_worker, "memory": memory_worker, "count": count_worker,
+               **dict.fromkeys(ROWS, row_worker), **dict.fromkeys(SPEED, speed_worker)}
     if args.worker:
-        return row_worker(args)
+        return workers[args.worker](args)
     orchestrate(args)
     return 0
 

@@ -1,12 +1,12 @@
 """Seconds of the whole `keras-vit train` job on each Keras backend: what the backend choice of
-``keras_vit/app/backend_choice.py`` is measured on (issue 19, item 3).
+``keras_vit/app/backend_choice.py`` is measured on.
 
     python benchmarks/train_job.py                          # 2 epochs of 30 steps, 2 rounds
     python benchmarks/train_job.py --epochs 3 --rounds 3 --backends jax tensorflow
     python benchmarks/train_job.py -- --train-examples 60000   # after --: keras-vit train flags
     python benchmarks/train_job.py --backends torch torch:GOMP_SPINCOUNT=10000 --busy 2
 
-A backend may carry environment variables for its runs (``torch:OMP_WAIT_POLICY=ACTIVE``, several
+A backend may set environment variables for its runs (``torch:OMP_WAIT_POLICY=ACTIVE``, several
 joined by commas), so that settings of one backend compare side by side. ``--busy N`` keeps N
 processes spinning on the CPU through the whole benchmark: a stand-in for a machine whose cores
 other programs share (a notebook's other kernel, another user of a hosted runtime).

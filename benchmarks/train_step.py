@@ -1,6 +1,6 @@
 """Training-step speed of keras_vit on each Keras backend against timm's VisionTransformer.
 
-One command, one table (issue 19):
+One command, one table:
 
     python benchmarks/train_step.py                         # the small ViT, CPU
     python benchmarks/train_step.py --model small-hybrid    # `keras-vit train`'s default
@@ -169,11 +169,33 @@ def fuse_projections(concatenated=False):
         attention.MultiHeadSelfAttention._project = project_concatenated
         return
 
-    import attention_layout  # benchmarks/: the fused layout of the inference comparison
+    attention.MultiHeadSelfAttention.build = _build_fused
+    attention.MultiHeadSelfAttention._project = _project_fused
 
-    fused = attention_layout.FusedAttention
-    attention.MultiHeadSelfAttention.build = fused.build
-    attention.MultiHeadSelfAttention._project = fused._project
+
+def _build_fused(self, input_shape):
+    """``MultiHeadSelfAttention.build`` with q, k and v from one (D, 3D) ``Dense``."""
+    import keras
+
+    from keras_vit.layers import attention
+
+    dim = input_shape[-1]
+    self.hidden_size, self.head_dim = dim, dim // self.num_heads
+    # The separate projections' fans (D, D), so that a model trained with this layout starts
+    # from the same distribution as the model's own.
+    for name, width in (("qkv", 3 * dim), ("out", dim)):
+        layer = keras.layers.Dense(width, dtype=self.dtype_policy, name=name,
+                                   kernel_initializer=attention.FlatGlorotUniform(dim, dim))
+        setattr(self, name, layer)
+        layer.build(input_shape)
+
+
+def _project_fused(self, inputs, bias):
+    from keras import ops
+
+    qkv = ops.reshape(self.qkv(inputs), (ops.shape(inputs)[0], -1, 3, self.num_heads,
+                                         self.head_dim))
+    return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], bias
 
 
 def keras_training(spec, options, args):

@@ -1,5 +1,5 @@
-"""No function or method of the package is over 60 lines, docstring included: a longer one is
-split into steps with names of their own."""
+"""No function or method of the package or of its benchmarks is over 60 lines, docstring included:
+a longer one is split into steps with names of their own."""
 
 import ast
 import pathlib
@@ -12,6 +12,7 @@ import keras_vit
 pytestmark = pytest.mark.backend_independent  # the source's function lengths
 
 PACKAGE = pathlib.Path(keras_vit.__file__).parent
+BENCHMARKS = pathlib.Path(__file__).parent.parent / "benchmarks"
 LIMIT = 60
 
 
@@ -40,3 +41,10 @@ def test_no_function_is_over_60_lines():
              for path in sorted(PACKAGE.rglob("*.py"))
              for line, name, length in long_functions(path.read_text())]
     assert not found, "\n".join(found)
+
+
+def test_no_benchmark_function_is_over_60_lines():
+    found = [f"benchmarks/{path.name}:{line} {name} ({length} lines)"
+             for path in sorted(BENCHMARKS.glob("*.py"))
+             for line, name, length in long_functions(path.read_text())]
+    assert found == [], "\n".join(found)

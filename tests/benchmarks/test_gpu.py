@@ -1,5 +1,5 @@
-"""benchmarks/gpu.py, the one-call GPU benchmark, runs whole at toy size on the CPU:
-between the rare lends of a GPU it must not rot."""
+"""benchmarks/gpu.py, the GPU benchmark, runs whole at toy size on the CPU: on machines without
+a GPU it must not rot."""
 
 import json
 import os
@@ -83,6 +83,77 @@ def test_the_toy_run_measures_every_row_and_writes_its_json(tmp_path):
         if row.get("profile"):
             kind, share = row["profile"]["shares"][0]
             assert f"{kind} {share:.0%}" in line
+
+
+def test_the_toy_run_of_the_other_parts_measures_each_and_writes_its_json(tmp_path):
+    out = tmp_path / "gpu.json"
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    env.pop("KERAS_BACKEND", None)  # each worker sets its own
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "gpu.py"),
+                           "--size", "toy", "--parts", "memory", "vit-l16", "axial", "--out",
+                           str(out)], capture_output=True, text=True, env=env, timeout=600,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
+    results = json.loads(out.read_text())
+    toy = gpu.SIZES["toy"]
+
+    assert results["parts"] == ["memory", "vit-l16", "axial"] and results["rows"] == {}
+    assert results["count"]["status"] == "ok"
+    assert _positive(results["count"]["vit"][str(s)] for s, _ in toy["vit_l_inference"])
+    assert _positive(results["count"]["axial"].values())
+    assert list(results["memory"]) == [label for label, *_ in toy["memory"]]
+    for row in results["memory"].values():
+        assert row["status"] == "ok", row
+        peak, xla = row["peak"], row["xla"]
+        assert peak["too_large"] == [] and peak["batch"] == row["batch_asked"]
+        assert peak["peak_bytes"] is None and peak["memory_stats"] is None  # a CPU has none
+        assert _positive([peak["count_bytes"], xla["xla_bytes"], xla["count_over_xla"]])
+        assert sum(peak["count_parts"].values()) == peak["count_bytes"]
+    assert results["speed_matmul_tflops"] > 0
+    speed = results["speed"]
+    assert list(speed) == list(gpu.SPEED)
+    assert speed["vit-l16-jax-flash"]["status"].startswith("skipped")
+    for name in ("vit-l16-jax-xla", "vit-l16-timm"):
+        row = speed[name]
+        assert row["status"] == "ok" and not row["errors"], (name, row)
+        assert sorted(row["time"]) == sorted(str(s) for s, _ in toy["vit_l_inference"])
+        assert _positive(t[k] for t in row["time"].values()
+                         for k in ("seconds", "images_per_s", "share_of_matmul"))
+    axial = speed["axial"]
+    assert axial["status"] == "ok" and not axial["errors"], axial
+    assert sorted(axial["time"]) == sorted(toy["axial"]["models"])
+    assert axial["time"]["AxialResNet50"]["batch"] == axial["time"]["BiT-R50x1"]["batch"]
+    assert axial["axial_over_bit"] == (axial["time"]["AxialResNet50"]["seconds"]
+                                       / axial["time"]["BiT-R50x1"]["seconds"])
+    assert "AxialResNet50 / BiT-R50x1" in done.stdout and "peak / count" in done.stdout
+    assert "| row | training" not in done.stdout  # the ViT-B/16 rows were not asked for
+
+
+def test_the_inference_shares_use_the_best_matmul_rate_of_the_processes():
+    results = {
+        "count": {"vit": {"224": 10**11}, "axial": {"AxialResNet50": 10**10,
+                                                     "BiT-R50x1": 10**10}},
+        "speed_matmul_tflops": None,
+        "speed": {"vit-l16-jax-xla": {"matmul": {"tflops": 500.0},
+                                      "time": {"224": {"images_per_s": 1000.0}}},
+                  "vit-l16-timm": {"matmul": {"tflops": 400.0},
+                                   "time": {"224": {"images_per_s": 2000.0}}},
+                  "axial": {"time": {"AxialResNet50": {"seconds": 3.0, "images_per_s": 1.0},
+                                     "BiT-R50x1": {"seconds": 2.0, "images_per_s": 1.0}}}}}
+    gpu.add_speed_shares(results)
+    speed = results["speed"]
+    assert results["speed_matmul_tflops"] == 500.0
+    assert speed["vit-l16-jax-xla"]["time"]["224"]["share_of_matmul"] == 0.2
+    assert speed["vit-l16-timm"]["time"]["224"]["share_of_matmul"] == 0.4
+    assert speed["axial"]["axial_over_bit"] == 1.5
+
+
+def test_the_parts_share_the_budget():
+    args = gpu.parse(["--parts", "all"])
+    assert args.parts == list(gpu.PARTS) and args.budget == 840 and args.rows_budget == 450
+    args = gpu.parse(["--parts", "axial", "vit-b16", "--budget", "600"])
+    assert args.parts == ["vit-b16", "axial"] and args.rows_budget == 540
+    assert gpu.parse([]).parts == ["vit-b16"] and gpu.parse([]).budget == 450
 
 
 def test_the_places_that_wait_for_the_card_are_counted_by_their_callers():
