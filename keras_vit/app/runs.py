@@ -14,7 +14,6 @@ import keras
 
 from keras_vit import _optional, data
 from keras_vit.app import configs, run_files
-from keras_vit.app.run_model import build_model  # noqa: F401  (benchmarks/input_pipeline.py reads it here)
 from keras_vit.distribution import check_batch_size
 
 

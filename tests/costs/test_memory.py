@@ -166,7 +166,7 @@ def test_xla_comparison_sets_the_count_beside_xlas():
 
 # Peak bytes measured on one NVIDIA H200 (jax 0.11.2, keras 3.15.1, mixed_bfloat16, AdamW,
 # 2026-11-28; docs/results.md): training steps on cuDNN's flash attention, 224 px, by
-# `benchmarks/gpu_other_half.py` (batches up to 256) and `benchmarks/gpu.py` (960).
+# `benchmarks/gpu.py --parts memory` (batches up to 256) and `benchmarks/gpu.py` (960).
 # (name, batch) -> jax's peak_bytes_in_use.
 H200_TRAINING_PEAKS = {("ViT-Ti/16", 256): 5_392_753_664, ("ViT-S/16", 128): 5_482_043_136,
                        ("ViT-B/16", 64): 6_286_634_752, ("ViT-B/16", 960): 77_564_258_816}
