@@ -279,7 +279,7 @@ def resize_position_embedding(posemb, new_grid, has_class_token, old_grid=None):
             table does not record its grid).
 
     Returns:
-        numpy array (1, rows'*cols' (+1), D) with the input's dtype.
+        numpy array ``(1, rows' * cols' (+1), D)`` with the input's dtype.
 
     Example:
     >>> import numpy as np

@@ -94,7 +94,7 @@ class _Recorded(keras.layers.Layer):
 class ViTBackbone(Backbone, DescribedModel):
     """The Vision Transformer without its head: images to named outputs.
 
-    Input: float NHWC images in [-1, 1] of shape (batch, *image_size, num_channels).
+    Input: float NHWC images in [-1, 1] of shape ``(batch, *image_size, num_channels)``.
     Outputs: ``{"tokens": (batch, N, D), "pooled": (batch, D)}``.
 
     Args:
