@@ -40,6 +40,7 @@ the results over all examples. TensorFlow's multi-worker training (``MultiWorker
 ``TF_CONFIG``) and several torch processes are not set up here: ``join`` refuses them.
 """
 
+from keras_vit import _submodules
 from keras_vit.distribution.devices import accelerator, precision
 from keras_vit.distribution.layouts import MODEL_AXIS, layout_map
 from keras_vit.distribution.padded import evaluate, evaluation_batch_size, predict, unpadded_batches
@@ -63,6 +64,9 @@ from keras_vit.distribution.processes import (
     stopping_together,
 )
 from keras_vit.distribution.replicas import check_batch_size, data_parallel, num_replicas, strategy
+
+# Its modules are reached as attributes too (keras_vit.distribution.padded), imported or not.
+__getattr__, __dir__ = _submodules.attribute_hook(__name__)
 
 __all__ = [
     "DEFAULT_TIMEOUTS", "HEARTBEAT_TIMEOUT", "JOB_ADDRESSES", "JOIN_TIMEOUT", "MODEL_AXIS",
