@@ -5,25 +5,19 @@ from keras.ops import convert_to_numpy as to_numpy
 
 import keras_vit
 from keras_vit.layers.encoder import EncoderBlock, EncoderConfig
+from tests.tolerances import float32_bound
 
 CONFIG = dict(
     image_size=8, patch_size=4, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32,
     num_classes=5, head_kernel_initializer="glorot_uniform",
 )
-EPS32 = 2.0 ** -23  # float32's unit roundoff (one ulp at 1.0)
-# Remat computes the same function as a second XLA program, whose fusions may round each step
-# differently: each rounded operation on the way (a block's LayerNorms, projections, softmax,
-# MLP: about 8; the embedding and the head count as one block each) may move a value by an ulp
-# of the largest magnitude it carries. So two float32 programs agree within
-# ROUNDINGS * depth * EPS32 * max|value|: a few dozen ulps, far below any real difference.
-ROUNDINGS = 8
+# Remat computes the same function as a second XLA program (tests/tolerances.py); the
+# embedding and the head count as one block each.
 DEPTH = CONFIG["num_layers"] + 2
 
 
 def _float32_bound(*values):
-    """How far two float32 programs computing ``values`` may differ (see ROUNDINGS)."""
-    largest = max(float(np.max(np.abs(v))) for v in values)
-    return ROUNDINGS * DEPTH * EPS32 * largest
+    return float32_bound(DEPTH, *values)
 
 
 def test_remat_gives_the_same_outputs_and_gradients(monkeypatch):
