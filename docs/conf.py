@@ -43,6 +43,9 @@ extensions = [
     "sphinx.ext.autosummary",
     "sphinx.ext.napoleon",  # the docstrings' Google style (Args:, Returns:)
     "sphinx.ext.viewcode",
+    # MathJax served with the pages rather than from a CDN: the equations render offline too
+    # (a classroom without network, a site opened from disk).
+    "sphinx-mathjax-offline",
 ]
 # .rst first: autosummary writes its stub pages with the first suffix, and they are reST.
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
