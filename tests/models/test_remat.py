@@ -54,10 +54,13 @@ def test_remat_gives_the_same_outputs_and_gradients(monkeypatch):
     loss = results[False][1]
     assert results[True][1] == pytest.approx(loss, rel=0, abs=_float32_bound(loss))
     # With SGD(lr=1) the weight change is the gradient: the gradients agree, within the rounding
-    # of the gradients and of the weights they were added to (the larger of the two).
-    for before, a, b in zip(init, results[False][2], results[True][2]):
-        np.testing.assert_allclose(a - before, b - before, rtol=0,
-                                   atol=_float32_bound(a - before, a, before))
+    # of the weights they were added to and of the sums that made them. A gradient entry can be
+    # tiny where larger terms cancel (a bias whose terms nearly sum to 0), so its rounding is
+    # that of the terms: the largest gradient of the model sets the scale for every tensor.
+    steps = [a - before for before, a in zip(init, results[False][2])]
+    for step, before, a, b in zip(steps, init, results[False][2], results[True][2]):
+        np.testing.assert_allclose(step, b - before, rtol=0,
+                                   atol=_float32_bound(*steps, a, before))
     moved = [np.abs(a - before).max() for before, a in zip(init, results[True][2])]
     assert min(moved) > 0
 
