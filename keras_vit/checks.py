@@ -3,8 +3,8 @@
 A model's settings are checked where they are made (a description's ``__post_init__``, a
 layer's constructor), a recipe's or a count's arguments where they are taken; all of them say
 the same thing the same way through these functions. The module imports no package of keras_vit
-(it serves layers on layer 1 and every layer above, as ``downloads`` and ``distribution`` do)
-and no Keras.
+(it serves the lowest layer of the architecture and every one above, as ``downloads`` and
+``distribution`` do) and no Keras.
 
 Example:
 >>> positive_int("num_layers", 12.0), pair("image_size", 224)
