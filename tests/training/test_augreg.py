@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from keras_vit.checkpoints.augreg import read_index
+from keras_vit.checkpoints.augreg import read_index, recommended
 from keras_vit.training import augreg
 from keras_vit.training.augreg import (
     AUGMENTATIONS,
@@ -97,6 +97,12 @@ def test_every_excerpt_name_parses_to_its_columns():
         assert expected.augmentation == CHECKPOINT_AUGMENTATIONS[row.aug]
         assert (expected.weight_decay, expected.dropout, expected.stochastic_depth) == (
             row.wd, row.do, row.sd)
+
+
+def test_an_upstream_row_parses_as_its_name():
+    upstream = recommended("ViT-B/16", index=EXCERPT)  # an Upstream, not a Row
+    assert augreg_checkpoint_setting(upstream) == augreg_checkpoint_setting(upstream.filename) == (
+        augreg_setting("medium1"))
 
 
 def test_the_setting_is_frozen():
