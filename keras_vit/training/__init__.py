@@ -1,5 +1,6 @@
 """Training: the paper's optimizers, schedules and losses, fine-tuning surgery, masked patch
-prediction (the distribution helpers live in ``keras_vit.distribution``).
+prediction, the AugReg settings by name (the distribution helpers live in
+``keras_vit.distribution``).
 
 Example:
 >>> from keras_vit import training
@@ -8,6 +9,7 @@ Example:
 """
 
 from keras_vit import _submodules
+from keras_vit.training.augreg import AugRegSetting, augreg_checkpoint_setting, augreg_setting
 from keras_vit.training.mpp import MaskedPatchPrediction
 from keras_vit.training.optimizers import AccumulatingSGD, AdjustableAdamW, TraceSGD
 from keras_vit.training.recipes import (
@@ -30,10 +32,13 @@ __all__ = [
     "AccumulatingSGD",
     "AdjustableAdamW",
     "AdjustableWarmupDecay",
+    "AugRegSetting",
     "MaskedPatchPrediction",
     "TraceSGD",
     "WarmupDecay",
     "WarmupLinearDecay",
+    "augreg_checkpoint_setting",
+    "augreg_setting",
     "classification_loss",
     "finetuning_optimizer",
     "prepare_finetuning",
