@@ -233,3 +233,13 @@ def test_a_compiled_training_step_draws_masks():  # the backend's jit/tf.functio
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     history = model.fit(_x(4, 8, 8, 3), np.array([0, 1, 2, 0]), epochs=2, verbose=0)
     assert np.all(np.isfinite(history.history["loss"]))
+
+
+
+def test_a_named_model_with_weights_takes_the_rate(tmp_path):
+    model = keras_vit.create_model("ViT-Ti/4", image_size=8, num_layers=2, num_classes=3)
+    keras_vit.save_checkpoint(model, tmp_path / "model.npz")
+    again = keras_vit.create_model("ViT-Ti/4", image_size=8, num_layers=2, num_classes=3,
+                                   weights=tmp_path / "model.npz", stochastic_depth_rate=0.2)
+    assert again.config.encoder.stochastic_depth_rate == 0.2
+    assert again.backbone.encoder.blocks[-1].stochastic_depth_rate == 0.2
