@@ -166,7 +166,7 @@ class EncoderConfig(Settings):
         early blocks, whose features every later block reads, are kept. The official ViT code
         and big_vision's ``models/vit.py`` have no stochastic depth; timm, which also runs the
         AugReg checkpoints (``sd_`` in their names), spreads its ``drop_path_rate`` this way,
-        so one rate means the same model in both.
+        so one rate gives each block the same rate in both.
 
         >>> EncoderConfig(num_layers=3, num_heads=1, mlp_dim=4,
         ...               stochastic_depth_rate=0.1).stochastic_depth_rates
