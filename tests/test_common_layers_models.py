@@ -56,7 +56,7 @@ CASES = {
         lambda dtype: axial.AxialEncoderBlock(
             encoder.EncoderConfig(1, 2, 16, dropout_rate=0.1, approximate_gelu=False,
                                   position_embedding="relative", layer_norm_epsilon=1e-5),
-            dtype=dtype),
+            stochastic_depth_rate=0.1, dtype=dtype),
         (2, 3, 4, 8), "bfloat16"),
     "AxialEncoder": (
         lambda dtype: axial.AxialEncoder(
@@ -91,7 +91,10 @@ CASES = {
         lambda dtype: encoder.EncoderBlock(
             encoder.EncoderConfig(1, 2, 16, dropout_rate=0.1, attention_dropout_rate=0.1,
                                   approximate_gelu=False, position_embedding="relative"),
-            attention_axis=None, dtype=dtype),
+            attention_axis=None, stochastic_depth_rate=0.1, dtype=dtype),
+        (2, 5, 8), "bfloat16"),
+    "StochasticDepth": (
+        lambda dtype: encoder.StochasticDepth(0.1, seed=3, dtype=dtype),
         (2, 5, 8), "bfloat16"),
     "Encoder": (
         lambda dtype: encoder.Encoder(

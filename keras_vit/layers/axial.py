@@ -17,7 +17,7 @@ import keras
 from keras import ops
 
 from keras_vit.layers.attention import check_axis, refuse_legacy_weights
-from keras_vit.layers.encoder import Encoder, EncoderBlock, encoder_config
+from keras_vit.layers.encoder import Encoder, EncoderBlock, block_rate, encoder_config
 from keras_vit.layers.resnet import group_norm, standardized_conv
 
 
@@ -28,6 +28,7 @@ class AxialEncoderBlock(keras.layers.Layer):
     ``row`` is an ``EncoderBlock`` whose attention runs within each row (``attention_axis=2``),
     ``column`` one within each column (``attention_axis=1``), both of the same ``EncoderConfig``;
     a ``"relative"`` position embedding gives each attention 1-D relative logits along its axis.
+    Both take the pair's ``stochastic_depth_rate``: the pair is one of the config's L blocks.
     ``attention_probabilities(x)`` gives ``[row_probs, column_probs]``, of shapes
     (batch, H, heads, W, W) and (batch, W, heads, H, H).
 
@@ -39,14 +40,14 @@ class AxialEncoderBlock(keras.layers.Layer):
     (2, 3, 4, 8)
     """
 
-    def __init__(self, config, **kwargs):
+    def __init__(self, config, stochastic_depth_rate=None, **kwargs):
         super().__init__(**kwargs)
         self.config = encoder_config("AxialEncoderBlock", config)
         self.num_heads = self.config.num_heads
-        self.row = EncoderBlock(self.config, attention_axis=2, dtype=self.dtype_policy,
-                                name="row")
-        self.column = EncoderBlock(self.config, attention_axis=1, dtype=self.dtype_policy,
-                                   name="column")
+        self.stochastic_depth_rate = block_rate(self.config, stochastic_depth_rate)
+        pair = dict(stochastic_depth_rate=self.stochastic_depth_rate, dtype=self.dtype_policy)
+        self.row = EncoderBlock(self.config, attention_axis=2, name="row", **pair)
+        self.column = EncoderBlock(self.config, attention_axis=1, name="column", **pair)
 
     def build(self, input_shape):
         self.row.build(input_shape)
@@ -65,7 +66,8 @@ class AxialEncoderBlock(keras.layers.Layer):
         return tuple(input_shape)
 
     def get_config(self):
-        return {**super().get_config(), "config": self.config.to_dict()}
+        return {**super().get_config(), "config": self.config.to_dict(),
+                "stochastic_depth_rate": self.stochastic_depth_rate}
 
 
 def _class_row(tokens, grid, has_class_token):

@@ -84,9 +84,12 @@ class EncoderConfig(Settings):
         hidden_size: token width D; None takes it from the input (a lone block or encoder).
         dropout_rate: dropout after the position embedding, in the MLP and after attention.
         attention_dropout_rate: dropout on the attention probabilities.
+        stochastic_depth_rate: the rate at which the last block drops each residual branch
+            per example (``StochasticDepth``); block i of L drops at ``rate * i / (L - 1)``.
         approximate_gelu: tanh-approximated GELU (the official checkpoints) or exact.
         layer_norm_epsilon: epsilon of every LayerNorm (1e-6 as the official checkpoints).
-        remat: rematerialise each block in the backward pass; needs dropout rates of 0.
+        remat: rematerialise each block in the backward pass; needs dropout and stochastic
+            depth rates of 0.
         classifier: ``"token"`` prepends a class token; ``"gap"`` does not.
         position_embedding, position_embedding_placement: paper Appendix D.4
             (``keras_vit.layers.position``).
@@ -108,6 +111,7 @@ class EncoderConfig(Settings):
     hidden_size: int | None = None
     dropout_rate: float = 0.0
     attention_dropout_rate: float = 0.0
+    stochastic_depth_rate: float = 0.0
     approximate_gelu: bool = True
     layer_norm_epsilon: float = LAYER_NORM_EPSILON
     remat: bool = False
@@ -121,10 +125,8 @@ class EncoderConfig(Settings):
         for name in ("num_layers", "num_heads", "mlp_dim", "hidden_size"):
             object.__setattr__(self, name, positive_int(
                 name, getattr(self, name), optional=name == "hidden_size"))
-        for name in ("dropout_rate", "attention_dropout_rate"):
-            if not 0.0 <= float(getattr(self, name)) < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)!r}.")
-            object.__setattr__(self, name, float(getattr(self, name)))
+        for name in ("dropout_rate", "attention_dropout_rate", "stochastic_depth_rate"):
+            object.__setattr__(self, name, check_rate(name, getattr(self, name)))
         epsilon = float(self.layer_norm_epsilon)
         if not epsilon > 0:
             raise ValueError(f"layer_norm_epsilon must be positive, got {epsilon!r}.")
@@ -147,16 +149,50 @@ class EncoderConfig(Settings):
         check_position_options(self.position_embedding, self.position_embedding_placement,
                                self.hidden_size)
         check_attention_implementation(self.attention_implementation)
-        if self.remat and (self.dropout_rate or self.attention_dropout_rate):
-            raise ValueError(
-                "remat=True needs dropout_rate=0 and attention_dropout_rate=0: the recomputed "
-                "forward pass would draw new dropout masks. Set the rates to 0 or remat=False."
-            )
+        check_remat(self.remat, self.dropout_rate, self.attention_dropout_rate,
+                    self.stochastic_depth_rate)
 
     @property
     def relative_position(self):
         """Whether every attention learns 1-D relative position logits (Appendix D.4)."""
         return self.position_embedding == "relative"
+
+    @property
+    def stochastic_depth_rates(self):
+        """The rate of each block, linear from 0 at the first to ``stochastic_depth_rate`` at
+        the last (timm's ``calculate_drop_path_rates``; a single block gets 0, as there).
+
+        Huang et al. (2016) decay the survival probability linearly with depth, so that the
+        early blocks, whose features every later block reads, are kept. The official ViT code
+        and big_vision's ``models/vit.py`` have no stochastic depth; timm, which also runs the
+        AugReg checkpoints (``sd_`` in their names), spreads its ``drop_path_rate`` this way,
+        so one rate gives each block the same rate in both.
+
+        >>> EncoderConfig(num_layers=3, num_heads=1, mlp_dim=4,
+        ...               stochastic_depth_rate=0.1).stochastic_depth_rates
+        (0.0, 0.05, 0.1)
+        """
+        last = self.num_layers - 1
+        return tuple(self.stochastic_depth_rate * i / last if last else 0.0
+                     for i in range(self.num_layers))
+
+
+def check_rate(name, rate):
+    """``rate`` as a float in [0, 1), or a ValueError naming ``name``."""
+    if not 0.0 <= float(rate) < 1.0:
+        raise ValueError(f"{name} must be in [0, 1), got {rate!r}: it is the probability of "
+                         f"dropping, and 1 would drop everything. Use a rate such as 0.1.")
+    return float(rate)
+
+
+def check_remat(remat, *rates):
+    """Refuse remat with a random mask: the recomputed forward pass would draw another one."""
+    if remat and any(rates):
+        raise ValueError(
+            "remat=True needs dropout_rate=0, attention_dropout_rate=0 and "
+            "stochastic_depth_rate=0: the recomputed forward pass would draw new random masks. "
+            "Set the rates to 0 or remat=False."
+        )
 
 
 def encoder_config(owner, config):
@@ -167,6 +203,48 @@ def encoder_config(owner, config):
                         f"EncoderConfig(num_layers=..., num_heads=..., mlp_dim=...)) as its "
                         f"first argument, got {config!r}.")
     return EncoderConfig.from_dict(config)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class StochasticDepth(keras.layers.Layer):
+    """Drop a residual branch for whole examples at ``rate`` (Huang et al., "Deep Networks
+    with Stochastic Depth", ECCV 2016; timm's ``DropPath``), in training only.
+
+    A kept branch is scaled by 1 / (1 - rate), so its expected value is the branch itself and
+    inference (the identity) needs no rescaling. This is ``keras.random.dropout`` with one
+    draw per example; like ``keras.layers.Dropout`` it owns a ``SeedGenerator`` only at a
+    nonzero rate, so a rate of 0 adds no variable to the model.
+
+    Example:
+    >>> import numpy as np
+    >>> layer = StochasticDepth(0.5, seed=0)
+    >>> out = np.asarray(layer(np.ones((4, 3, 2), "float32"), training=True))
+    >>> sorted({float(v) for v in out.reshape(4, -1).max(axis=1)} - {0.0, 2.0})
+    []
+    >>> bool(np.all(np.asarray(layer(np.ones((4, 3, 2), "float32"))) == 1))
+    True
+    """
+
+    def __init__(self, rate=0.0, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        self.rate = check_rate("stochastic_depth_rate", rate)
+        self.seed = seed
+        if self.rate > 0:
+            self.seed_generator = keras.random.SeedGenerator(seed)
+        self.built = True
+
+    def call(self, inputs, training=False):
+        if not training or self.rate == 0:
+            return inputs
+        noise_shape = (None,) + (1,) * (len(inputs.shape) - 1)  # one draw per example
+        return keras.random.dropout(inputs, self.rate, noise_shape=noise_shape,
+                                    seed=self.seed_generator)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        return {**super().get_config(), "rate": self.rate, "seed": self.seed}
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -230,8 +308,12 @@ class EncoderBlock(keras.layers.Layer):
     With ``config.remat`` the block's forward pass runs under ``keras.remat`` (gradient
     checkpointing): only its input is kept for the backward pass, where the block is recomputed.
     ``keras.RematScope`` cannot be used here: it passes the ``training`` flag through the
-    rematerialised function, which jax and tf.function reject. Dropout must then be 0, because
-    the recomputation would draw new masks.
+    rematerialised function, which jax and tf.function reject. Dropout and stochastic depth
+    must then be 0, because the recomputation would draw new masks.
+
+    ``stochastic_depth_rate`` is this block's rate of dropping each residual branch (attention,
+    MLP) per example; the ``Encoder`` gives block i ``config.stochastic_depth_rates[i]``, and a
+    lone block (None) takes ``config.stochastic_depth_rate``.
 
     Example:
     >>> import numpy as np
@@ -240,12 +322,15 @@ class EncoderBlock(keras.layers.Layer):
     (2, 5, 32)
     """
 
-    def __init__(self, config, attention_axis=None, **kwargs):
+    def __init__(self, config, attention_axis=None, stochastic_depth_rate=None, **kwargs):
         super().__init__(**kwargs)
         self.config = encoder_config("EncoderBlock", config)
         self.attention_axis = None if attention_axis is None else int(attention_axis)
         config = self.config
         dtype = self.dtype_policy
+        self.stochastic_depth_rate = block_rate(config, stochastic_depth_rate)
+        self.stochastic_depth = StochasticDepth(self.stochastic_depth_rate, dtype=dtype,
+                                                name="stochastic_depth")
         self.LayerNorm_0 = layer_norm("LayerNorm_0", dtype, config.layer_norm_epsilon)
         attention = dict(attention_dropout_rate=config.attention_dropout_rate,
                          relative_position=config.relative_position,
@@ -283,8 +368,9 @@ class EncoderBlock(keras.layers.Layer):
             x = attention(self.LayerNorm_0(inputs), training=training)
         else:
             x = attention(self.LayerNorm_0(inputs), training=training, gate=gate)
-        x = inputs + self.dropout(x, training=training)
-        return x + self.MlpBlock_3(self.LayerNorm_2(x), training=training)
+        x = inputs + self.stochastic_depth(self.dropout(x, training=training), training=training)
+        y = self.MlpBlock_3(self.LayerNorm_2(x), training=training)
+        return x + self.stochastic_depth(y, training=training)
 
     def attention_probabilities(self, inputs):
         """The block's attention probabilities for its input ``inputs`` (a list of one array:
@@ -296,7 +382,17 @@ class EncoderBlock(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict(),
-                "attention_axis": self.attention_axis}
+                "attention_axis": self.attention_axis,
+                "stochastic_depth_rate": self.stochastic_depth_rate}
+
+
+def block_rate(config, rate):
+    """A block's stochastic depth rate: ``rate``, or the config's for a lone block (None)."""
+    if rate is None:
+        return config.stochastic_depth_rate
+    rate = check_rate("stochastic_depth_rate", rate)
+    check_remat(config.remat, rate)
+    return rate
 
 
 def check_position_options(kind, placement, hidden_size=None):
@@ -376,8 +472,9 @@ class Encoder(keras.layers.Layer):
         self.cls = ClassToken(dtype=dtype, name="cls") if config.classifier == "token" else None
         self._make_position_layers()
         self.dropout = keras.layers.Dropout(config.dropout_rate, dtype=dtype, name="dropout")
-        self.blocks = [self.block_class(config, dtype=dtype, name=f"encoderblock_{i}")
-                       for i in range(config.num_layers)]
+        self.blocks = [self.block_class(config, stochastic_depth_rate=rate, dtype=dtype,
+                                        name=f"encoderblock_{i}")
+                       for i, rate in enumerate(config.stochastic_depth_rates)]
         self.encoder_norm = layer_norm("encoder_norm", dtype, config.layer_norm_epsilon)
 
     def _make_position_layers(self):
