@@ -424,17 +424,38 @@ def check(num_layers, magnitude):
                          f"got {magnitude!r}")
 
 
-def _layer(images, magnitude, keys, layer):
-    """One layer: each image's operation, sign and Cutout centre drawn from its key."""
+def layer_draws(keys, layer, height, width):
+    """``(ops, signs, rows, columns)`` of one layer, each (N,) and a function of the image's key
+    alone: the index into ``OPERATIONS``, the sign (+1 or -1), the Cutout centre.
+
+    Example:
+    >>> from keras_vit.data.preprocessing import example_keys
+    >>> ops, signs, rows, columns = layer_draws(example_keys(0, 0, range(1000)), 0, 8, 6)
+    >>> sorted(set(ops.tolist())) == list(range(16)), sorted(set(signs.tolist())), int(rows.max())
+    (True, [-1.0, 1.0], 7)
+    """
     draw = FIRST_DRAW + DRAWS_PER_LAYER * layer
-    height, width = images.shape[1:3]
-    choice = np.floor(uniform(keys, draw + _OP) * len(OPERATIONS)).astype(np.int64)
+    ops = np.floor(uniform(keys, draw + _OP) * len(OPERATIONS)).astype(np.int64)
     signs = np.where(uniform(keys, draw + _SIGN) < 0.5, -1.0, 1.0)
     rows = np.floor(uniform(keys, draw + _ROW) * height).astype(np.int64)
     columns = np.floor(uniform(keys, draw + _COLUMN) * width).astype(np.int64)
+    return ops, signs, rows, columns
+
+
+def apply_layer(images, magnitude, ops, signs, rows, columns):
+    """One layer of the policy: operation ``OPERATIONS[ops[i]]`` on image ``i``, always applied.
+
+    Example:
+    >>> images = np.array([[[[10]]], [[[200]]]], np.uint8)
+    >>> apply_layer(images, 10, np.array([2, 0]), 1, 0, 0).ravel().tolist()  # Invert, AutoContrast
+    [245, 200]
+    """
+    count = len(images)
+    signs, rows, columns = (np.broadcast_to(np.asarray(v), (count,)) for v in (signs, rows,
+                                                                                 columns))
     out = images.copy()
     for index, name in enumerate(OPERATIONS):
-        chosen = choice == index
+        chosen = np.asarray(ops) == index
         if chosen.any():
             out[chosen] = apply(name, images[chosen], magnitude, signs[chosen], rows[chosen],
                                 columns[chosen])
@@ -464,5 +485,6 @@ def randaugment(images, num_layers, magnitude, keys):
         raise ValueError(f"randaugment: one key per image, got {keys.shape} keys for "
                          f"{len(images)} images")
     for layer in range(num_layers):
-        images = _layer(images, magnitude, keys, layer)
+        draws = layer_draws(keys, layer, images.shape[1], images.shape[2])
+        images = apply_layer(images, magnitude, *draws)
     return images
