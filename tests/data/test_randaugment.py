@@ -1,6 +1,7 @@
 """RandAugment (``keras_vit.data.randaugment``) against big_vision's own TensorFlow operations
-(``tests/fixtures/randaugment``: every operation, every magnitude and sign, to the bit), and
-the policy's draws: a function of each image's key alone, the operations chosen uniformly."""
+(``tests/fixtures/randaugment``: every operation, every magnitude and sign, and the whole policy
+given big_vision's draws, to the bit), and the policy's own draws: a function of each image's
+key alone, the operations chosen uniformly."""
 
 import pathlib
 
@@ -22,7 +23,7 @@ def _cases(name):
     """``(group, magnitude, sign, expected)`` of one operation in the fixture."""
     for key in FIXTURE.files:
         group, op, *rest = key.split("/")
-        if op == name and group in GROUPS:
+        if op == name and group in GROUPS and len(rest) == 2:
             magnitude, sign = rest
             yield group, float(magnitude), int(sign), FIXTURE[key]
 
@@ -55,6 +56,25 @@ def test_the_magnitude_maps_are_big_vision_s(name):
             assert (value is None) == (stored.size == 0), key
             if value is not None:
                 assert value == stored[0], key
+
+
+@pytest.mark.parametrize("magnitude", [0, 10, 15, 20])
+def test_the_policy_equals_big_vision_s_given_its_draws(magnitude):
+    """Three layers in a row, each image's operation always applied, every operation chosen
+    somewhere over the four magnitudes: big_vision's ``distort_image_with_randaugment``."""
+    images, prefix = FIXTURE["rgb/images"], f"policy/{magnitude}"
+    ops, signs, centres = (FIXTURE[f"{prefix}/{name}"] for name in ("ops", "signs", "centres"))
+    out = images
+    for layer in range(len(ops)):
+        out = ra.apply_layer(out, magnitude, ops[layer], signs[layer], centres[layer, :, 0],
+                             centres[layer, :, 1])
+    np.testing.assert_array_equal(out, FIXTURE[f"{prefix}/output"])
+    assert (out != images).any()
+
+
+def test_the_policy_fixture_chooses_every_operation():
+    chosen = {int(op) for m in (0, 10, 15, 20) for op in FIXTURE[f"policy/{m}/ops"].ravel()}
+    assert chosen == set(range(len(ra.OPERATIONS)))
 
 
 def _images(count, seed=0):
