@@ -11,15 +11,16 @@ Each operation here takes a uint8 batch (N, H, W, C) and per-image parameters an
 big_vision's TensorFlow op gives, to the bit (``tests/fixtures/randaugment``): truncating
 casts, float32 arithmetic in TensorFlow's order, nearest-neighbour projective transforms with
 TensorFlow's round-half-away-from-zero, the fill value 128 (Rotate, Shear, Translate, Cutout).
-The ops that need RGB (Color and Contrast through ``rgb_to_grayscale``; AutoContrast, Equalize,
-Sharpness and Cutout, which index or tile three channels) take a grey image (C == 1) as its RGB
-replica, whose channels stay equal, and give back the one channel.
+big_vision's code fails on one channel in 11 of the 16 ops (``rgb_to_grayscale`` in Color and
+Contrast; three channels indexed or tiled in AutoContrast, Equalize, Sharpness, Cutout; a
+three-value fill in Rotate, Shear, Translate); here a grey image (C == 1) gives what the op
+gives on its RGB replica (``tf.image.grayscale_to_rgb``), whose channels stay equal: one of them.
 
 Three quirks of the TensorFlow code are kept, since AugReg's models were trained with them:
 Contrast blends towards ``H * W / 256`` (its histogram's sum over 256, not the mean pixel),
 Solarize's threshold ``int(m / 10 * 256)`` wraps modulo 256 as TensorFlow converts it to uint8
-(magnitude 10 inverts every pixel), and Posterize's shift is clamped to 7 (magnitude 0 keeps
-the top bit only).
+(magnitudes 0, 10 and 20 invert every pixel), and Posterize's shift is clamped to 7
+(magnitude 0 keeps the top bit only).
 
 Each image's draws come from its 64-bit key (``preprocessing.uniform``), draws
 ``FIRST_DRAW + DRAWS_PER_LAYER * layer + (0: op, 1: sign, 2: Cutout row, 3: Cutout column)``,
