@@ -73,7 +73,8 @@ DOCTEST_NEEDS = {
     "keras_vit.checkpoints.keras_hub.to_keras_hub": ("keras_hub",),
 }
 # Modules that import an optional package as they load: their doctests cannot be collected.
-MODULE_NEEDS = {"keras_vit/data/tfdata.py": ("tensorflow",)}
+MODULE_NEEDS = {"keras_vit/data/tfdata.py": ("tensorflow",),
+                "tests/fixtures/randaugment/make_fixture.py": ("tensorflow",)}
 
 
 def _missing(modules):
