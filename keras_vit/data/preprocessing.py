@@ -18,7 +18,8 @@
   ones to 512 / 480.
 - mixup (BiT): one Beta(alpha, alpha) sample per batch, every image mixed with the reversed batch.
 
-Each image's random draws (its crop, its flip) come from its own 64-bit key (``keys``): the
+Each image's random draws (its crop, its flip) come from its own 64-bit key (``keys``,
+``keras_vit.data.keys``): the
 training pipeline makes the key of a function of (seed, epoch, the example's index), so an
 example is augmented alike however the batch is split over devices and processes.
 
@@ -35,6 +36,9 @@ pipelines"). Functions take one image (H, W, C) or a batch (N, H, W, C) and a
 """
 
 import numpy as np
+
+from keras_vit.data.keys import example_keys as example_keys  # the pipeline's keys, here too
+from keras_vit.data.keys import generator_keys, uniform
 
 CROPS = ("inception_crop", "resize_crop", "pad_crop")
 TRAIN_AUGMENTATIONS = (*CROPS, "resize")
@@ -174,43 +178,6 @@ def central_crop(images, size):
     top = (images.shape[-3] - size) // 2
     left = (images.shape[-2] - size) // 2
     return images[..., top:top + size, left:left + size, :]
-
-
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-
-
-def _mix(values):
-    """SplitMix64's finaliser: uint64 -> uint64, every input bit spread over every output bit."""
-    with np.errstate(over="ignore"):
-        values = np.asarray(values, np.uint64)
-        values = (values ^ (values >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        values = (values ^ (values >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return values ^ (values >> np.uint64(31))
-
-
-def example_keys(seed, epoch, examples):
-    """One uint64 key per example: a function of ``(seed, epoch, example index)`` alone.
-
-    Example:
-    >>> keys = example_keys(0, 1, [4, 7])
-    >>> bool(keys[1] == example_keys(0, 1, [7])[0]), bool(keys[0] != example_keys(0, 2, [4])[0])
-    (True, True)
-    """
-    base = np.random.SeedSequence([int(seed), int(epoch)]).generate_state(1, np.uint64)[0]
-    with np.errstate(over="ignore"):
-        return _mix(base ^ _mix(np.asarray(examples, np.uint64) * _GOLDEN))
-
-
-def generator_keys(rng, count):
-    """``count`` keys drawn from a ``numpy.random.Generator``."""
-    return rng.integers(np.iinfo(np.uint64).max, size=count, dtype=np.uint64, endpoint=True)
-
-
-def uniform(keys, draw):
-    """The ``draw``-th uniform number in [0, 1) of every key: (N,) float64."""
-    with np.errstate(over="ignore"):
-        bits = _mix(np.asarray(keys, np.uint64) + np.uint64(draw + 1) * _GOLDEN)
-    return (bits >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
 
 
 # The draws of one image: its crop's offsets, its flip, the seed of its Inception window.

@@ -22,7 +22,7 @@ Solarize's threshold ``int(m / 10 * 256)`` wraps modulo 256 as TensorFlow conver
 (magnitudes 0, 10 and 20 invert every pixel), and Posterize's shift is clamped to 7
 (magnitude 0 keeps the top bit only).
 
-Each image's draws come from its 64-bit key (``preprocessing.uniform``), draws
+Each image's draws come from its 64-bit key (``keras_vit.data.keys.uniform``), draws
 ``FIRST_DRAW + DRAWS_PER_LAYER * layer + (0: op, 1: sign, 2: Cutout row, 3: Cutout column)``,
 clear of the crop's and the flip's draws 0-3.
 """
@@ -32,7 +32,7 @@ import numbers
 
 import numpy as np
 
-from keras_vit.data.preprocessing import uniform
+from keras_vit.data.keys import uniform
 
 OPERATIONS = ("AutoContrast", "Equalize", "Invert", "Rotate", "Posterize", "Solarize", "Color",
               "Contrast", "Brightness", "Sharpness", "ShearX", "ShearY", "TranslateX",
@@ -430,7 +430,7 @@ def layer_draws(keys, layer, height, width):
     alone: the index into ``OPERATIONS``, the sign (+1 or -1), the Cutout centre.
 
     Example:
-    >>> from keras_vit.data.preprocessing import example_keys
+    >>> from keras_vit.data.keys import example_keys
     >>> ops, signs, rows, columns = layer_draws(example_keys(0, 0, range(1000)), 0, 8, 6)
     >>> sorted(set(ops.tolist())) == list(range(16)), sorted(set(signs.tolist())), int(rows.max())
     (True, [-1.0, 1.0], 7)
@@ -465,11 +465,11 @@ def apply_layer(images, magnitude, ops, signs, rows, columns):
 
 def randaugment(images, num_layers, magnitude, keys):
     """big_vision's ``randaug(num_layers, magnitude)`` on uint8 images (N, H, W, C), every
-    image's draws from its key (``preprocessing.example_keys``), so that an example is
+    image's draws from its key (``keras_vit.data.keys.example_keys``), so that an example is
     augmented alike in any batch.
 
     Example:
-    >>> from keras_vit.data.preprocessing import example_keys
+    >>> from keras_vit.data.keys import example_keys
     >>> images = np.arange(2 * 8 * 8 * 3, dtype=np.uint8).reshape(2, 8, 8, 3)
     >>> out = randaugment(images, 2, 10, example_keys(0, 0, [0, 1]))
     >>> out.shape, out.dtype, bool((out[1:] == randaugment(images[1:], 2, 10,
