@@ -16,7 +16,13 @@
 
 - BiT's resolution rule: images smaller than 96x96 are resized to 160 and cropped to 128, larger
   ones to 512 / 480.
+- RandAugment (AugReg, big_vision ``...|flip_lr|randaug(N, M)|value_range(-1, 1)``): after the
+  crop and the flip the image is cast to uint8 as big_vision's resize does (clipped to 0..255,
+  truncated: 254.9 -> 254), ``keras_vit.data.randaugment`` applied with the image's own key,
+  then scaled to [-1, 1] (``to_unit_range``). Zero layers leave the float crop as it is.
 - mixup (BiT): one Beta(alpha, alpha) sample per batch, every image mixed with the reversed batch.
+- mixup (big_vision, AugReg's ``p``): one ``a = max(lam, 1 - lam)``, ``lam ~ Beta(p, p)``, per
+  batch, every image mixed with the one before it (``mixup_big_vision``).
 
 Each image's random draws (its crop, its flip) come from its own 64-bit key (``keys``,
 ``keras_vit.data.keys``): the
@@ -35,10 +41,14 @@ pipelines"). Functions take one image (H, W, C) or a batch (N, H, W, C) and a
 ``numpy.random.Generator`` for the random parts.
 """
 
+import numbers
+
 import numpy as np
 
 from keras_vit.data.keys import example_keys as example_keys  # the pipeline's keys, here too
 from keras_vit.data.keys import generator_keys, uniform
+from keras_vit.data.randaugment import check as check_policy
+from keras_vit.data.randaugment import randaugment as distort
 
 CROPS = ("inception_crop", "resize_crop", "pad_crop")
 TRAIN_AUGMENTATIONS = (*CROPS, "resize")
@@ -266,6 +276,46 @@ def check_augmentation(augmentation, image_size, resize_size, evaluation="resize
     return resize_size
 
 
+def to_uint8(images):
+    """big_vision's cast of a resized crop back to uint8: clipped to 0..255, then truncated.
+
+    Example:
+    >>> to_uint8(np.array([-3.0, 12.99, 254.9, 300.0], np.float32)).tolist()
+    [0, 12, 254, 255]
+    """
+    return np.clip(np.asarray(images, np.float32), np.float32(0), np.float32(255)).astype(np.uint8)
+
+
+def check_randaugment(randaugment):
+    """``randaugment`` as ``(num_layers, magnitude)``, or None; a ValueError for anything else.
+
+    Example:
+    >>> check_randaugment([2, 15]), check_randaugment(None)
+    ((2, 15), None)
+    """
+    if randaugment is None:
+        return None
+    if isinstance(randaugment, (str, bytes)) or not hasattr(randaugment, "__len__") or len(
+            randaugment) != 2:
+        raise ValueError("randaugment must be None or (num_layers, magnitude), got "
+                         f"{randaugment!r}.")
+    check_policy(*randaugment)
+    return tuple(randaugment)
+
+
+def check_mixup(mixup_alpha=0.0, mixup_p=0.0):
+    """Refuse a ``mixup_p`` that is not a number >= 0, and both mixups at once.
+
+    Example:
+    >>> check_mixup(0.0, 0.5)
+    """
+    if isinstance(mixup_p, bool) or not isinstance(mixup_p, numbers.Real) or not mixup_p >= 0:
+        raise ValueError(f"mixup_p must be a number >= 0 (0: no mixup), got {mixup_p!r}.")
+    if mixup_alpha > 0 and mixup_p > 0:
+        raise ValueError(f"mixup_alpha ({mixup_alpha}, BiT's mixup) and mixup_p ({mixup_p}, "
+                         "big_vision's mixup) are two rules: give at most one of them > 0.")
+
+
 def evaluation_preprocess(images, image_size, evaluation, resize_size):
     """uint8 (N, H, W, C) -> float32 in [-1, 1], by one of the official evaluation pipelines
     (``EVALUATIONS``, see the module docstring)."""
@@ -275,9 +325,10 @@ def evaluation_preprocess(images, image_size, evaluation, resize_size):
     return to_unit_range(resize(images, image_size))
 
 
-def augment(images, image_size, augmentation, resize_size, flip, keys):
-    """The random training crop (``augmentation``) and flip of a uint8 batch (N, H, W, C), each
-    image's drawn from its key (``keys``, one per image)."""
+def augment(images, image_size, augmentation, resize_size, flip, keys, randaugment=None):
+    """The random training crop (``augmentation``), flip and (``randaugment``, ``(num_layers,
+    magnitude)``) RandAugment of a uint8 batch (N, H, W, C), each image's drawn from its key
+    (``keys``, one per image): float32 in 0..255."""
     if augmentation == "inception_crop":
         seeds = (uniform(keys, _WINDOW) * 2.0 ** 53).astype(np.uint64)
         images = np.stack([inception_crop(image, image_size, np.random.default_rng(int(seed)))
@@ -288,11 +339,15 @@ def augment(images, image_size, augmentation, resize_size, flip, keys):
         images = pad_random_crop(images, resize_size, image_size, keys)
     else:
         images = resize(images, image_size)
-    return random_flip(images, keys) if flip else images
+    images = random_flip(images, keys) if flip else images
+    if randaugment is not None and randaugment[0] > 0:
+        images = distort(to_uint8(images), *randaugment, keys)
+    return images
 
 
 def preprocess(images, *, image_size, training, augmentation="inception_crop", resize_size=None,
-               flip=True, channels=None, evaluation="resize", rng=None, keys=None):
+               flip=True, channels=None, evaluation="resize", randaugment=None, rng=None,
+               keys=None):
     """uint8 images (N, H, W, C) or one (H, W[, C]) -> float32 in [-1, 1] at ``image_size``.
 
     Args:
@@ -308,6 +363,8 @@ def preprocess(images, *, image_size, training, augmentation="inception_crop", r
         channels: convert to this many channels (1 or 3); None keeps the image's.
         evaluation: ``"resize"`` (vit_jax: bilinear resize to ``image_size``) or
             ``"central_crop"`` (big_vision / AugReg: short side to ``resize_size``, centre crop).
+        randaugment: None, or ``(num_layers, magnitude)``: big_vision's RandAugment after the
+            crop and the flip, on the crop cast to uint8 (``to_uint8``), when training.
         rng: a ``numpy.random.Generator`` (default: a fresh unseeded one) that draws the keys.
         keys: instead of ``rng``, the key of every image's random draws (``example_keys``).
 
@@ -321,6 +378,7 @@ def preprocess(images, *, image_size, training, augmentation="inception_crop", r
     (384, 384, 3)
     """
     resize_size = check_augmentation(augmentation, image_size, resize_size, evaluation)
+    randaugment = check_randaugment(randaugment)
     images = np.asarray(images)
     single = images.ndim <= 3
     if images.ndim == 2:
@@ -330,7 +388,8 @@ def preprocess(images, *, image_size, training, augmentation="inception_crop", r
     if training:
         if keys is None:
             keys = generator_keys(np.random.default_rng() if rng is None else rng, len(images))
-        images = to_unit_range(augment(images, image_size, augmentation, resize_size, flip, keys))
+        images = to_unit_range(augment(images, image_size, augmentation, resize_size, flip, keys,
+                                       randaugment))
     else:
         images = evaluation_preprocess(images, image_size, evaluation, resize_size)
     images = convert_channels(images, channels)
@@ -352,3 +411,33 @@ def mixup(images, labels, alpha, rng=None):
         return images, labels
     lam = np.float32((np.random.default_rng() if rng is None else rng).beta(alpha, alpha))
     return lam * images + (1 - lam) * images[::-1], lam * labels + (1 - lam) * labels[::-1]
+
+
+def mixup_share(p, rng):
+    """big_vision's mixup weight: its Dirichlet([p, p]) draw sorted in decreasing order, i.e.
+    ``max(lam, 1 - lam)`` for ``lam ~ Beta(p, p)`` (so each image keeps the larger share), float32.
+
+    Example:
+    >>> float(mixup_share(0.5, np.random.default_rng(0))) >= 0.5
+    True
+    """
+    lam = rng.beta(p, p)
+    return np.float32(max(lam, 1.0 - lam))
+
+
+def mixup_big_vision(images, labels, p, rng=None):
+    """big_vision's mixup (AugReg's ``p``) of a batch: ``a * x + (1 - a) * roll(x, 1)``, one
+    ``a = mixup_share(p)`` >= 0.5; unlike BiT's ``mixup`` each image keeps the larger share and
+    is mixed with the image before it (the first with the last), not with the reversed batch.
+
+    Example:
+    >>> x = np.arange(3, dtype="float32").reshape(3, 1, 1, 1)
+    >>> mx, my = mixup_big_vision(x, np.eye(3, dtype="float32"), p=0.5)
+    >>> bool(np.allclose(mx.ravel(), my @ np.arange(3)))
+    True
+    """
+    if p <= 0:
+        return images, labels
+    share = mixup_share(p, np.random.default_rng() if rng is None else rng)
+    return (share * images + (1 - share) * np.roll(images, 1, axis=0),
+            share * labels + (1 - share) * np.roll(labels, 1, axis=0))
