@@ -6,11 +6,22 @@ The preprocessing is that of ``keras_vit.data.preprocessing`` (see there), writt
 ``tf.image`` so that it runs inside ``Dataset.map``; the Inception crop is
 ``tf.image.sample_distorted_bounding_box`` itself, and the two evaluation pipelines are the ops
 of vit_jax's ``input_pipeline`` and big_vision's ``resize_small|central_crop|value_range``.
+RandAugment is ``keras_vit.data.randaugment`` (numpy) through ``tf.numpy_function``, each image
+with a fresh unseeded key, as the rest of this pipeline's augmentation is unseeded.
 """
+
+import numpy as np
 
 from keras_vit import _optional, distribution
 from keras_vit.checks import positive_int
-from keras_vit.data.preprocessing import check_augmentation, per_image
+from keras_vit.data.preprocessing import (
+    check_augmentation,
+    check_mixup,
+    check_randaugment,
+    generator_keys,
+    per_image,
+)
+from keras_vit.data.randaugment import randaugment as distort
 
 # Missing e.g. on a Colab TPU runtime, which has no TensorFlow.
 tf = _optional.need("tensorflow", "The tf.data path (the tensorflow-datasets datasets; "
@@ -121,8 +132,33 @@ def convert_channels(image, channels):
     raise ValueError(f"Cannot convert images with {have} channels to {channels} channels.")
 
 
-def augment(image, image_size, augmentation, resize_size, flip, seed):
-    """The random training crop (``augmentation``) and flip."""
+def random_augment(image, randaugment):
+    """big_vision's RandAugment (``randaugment``: ``(num_layers, magnitude)``) of a float32
+    image (H, W, C) or batch (N, H, W, C) in 0..255, cast to uint8 first as big_vision's resize
+    does (clipped, truncated); each image draws a fresh key. uint8 out.
+
+    Example:
+    >>> import numpy as np
+    >>> out = random_augment(tf.fill([2, 8, 8, 3], 100.7), (2, 10))
+    >>> out.dtype.name, out.shape.as_list()
+    ('uint8', [2, 8, 8, 3])
+    """
+    image = tf.cast(tf.clip_by_value(image, 0.0, 255.0), tf.uint8)
+
+    def apply(images):
+        batch = images if images.ndim == 4 else images[None]
+        keys = generator_keys(np.random.default_rng(), len(batch))
+        out = distort(batch, *randaugment, keys)
+        return out if images.ndim == 4 else out[0]
+
+    out = tf.numpy_function(apply, [image], tf.uint8, stateful=True)
+    out.set_shape(image.shape)
+    return out
+
+
+def augment(image, image_size, augmentation, resize_size, flip, seed, randaugment=None):
+    """The random training crop (``augmentation``) and flip, then (``randaugment``) RandAugment
+    on the crop cast to uint8."""
     if augmentation == "inception_crop":
         image = inception_crop(image, image_size, seed=seed)
     elif augmentation in ("resize_crop", "pad_crop"):
@@ -130,11 +166,14 @@ def augment(image, image_size, augmentation, resize_size, flip, seed):
         image = crop(image, resize_size, image_size, seed=seed)
     elif image.shape[-3] != image_size or image.shape[-2] != image_size:
         image = resize(image, image_size)
-    return tf.image.random_flip_left_right(image, seed=seed) if flip else image
+    image = tf.image.random_flip_left_right(image, seed=seed) if flip else image
+    if randaugment is not None and randaugment[0] > 0:
+        image = random_augment(image, randaugment)
+    return image
 
 
 def preprocess(image, *, image_size, training, augmentation="inception_crop", resize_size=None,
-               flip=True, channels=None, evaluation="resize", seed=None):
+               flip=True, channels=None, evaluation="resize", randaugment=None, seed=None):
     """One uint8 (H, W, C) image -> float32 (image_size, image_size, channels) in [-1, 1].
 
     Except for the Inception crop, a batch (N, H, W, C) works too, each image cropped and flipped
@@ -152,6 +191,8 @@ def preprocess(image, *, image_size, training, augmentation="inception_crop", re
         channels: convert to this many channels (1 or 3); None keeps the image's.
         evaluation: ``"resize"`` (vit_jax) or ``"central_crop"`` (big_vision / AugReg), see
             ``keras_vit.data.preprocessing.preprocess``.
+        randaugment: None, or ``(num_layers, magnitude)``: big_vision's RandAugment after the
+            crop and the flip, when training (``random_augment``).
 
     Example:
     >>> import numpy as np
@@ -161,6 +202,7 @@ def preprocess(image, *, image_size, training, augmentation="inception_crop", re
     (TensorShape([32, 32, 3]), 1.0)
     """
     resize_size = check_augmentation(augmentation, image_size, resize_size, evaluation)
+    randaugment = check_randaugment(randaugment)
     image = tf.convert_to_tensor(image)
     if image.shape.rank == 2:
         image = image[..., None]
@@ -168,7 +210,8 @@ def preprocess(image, *, image_size, training, augmentation="inception_crop", re
         raise ValueError(f"The {augmentation!r} crop takes one (H, W, C) image at a time, got a "
                          f"batch of shape {image.shape}; map preprocess over the examples.")
     if training:
-        image = to_unit_range(augment(image, image_size, augmentation, resize_size, flip, seed))
+        image = to_unit_range(augment(image, image_size, augmentation, resize_size, flip, seed,
+                                      randaugment))
     else:
         image = evaluation_preprocess(image, image_size, evaluation, resize_size)
     return convert_channels(image, channels)
@@ -197,6 +240,28 @@ def mixup(images, labels, alpha, seed=None):
     return images, labels
 
 
+def mixup_big_vision(images, labels, p, seed=None):
+    """big_vision's mixup (AugReg's ``p``) of a batch: ``a * x + (1 - a) * roll(x, 1)`` with
+    one ``a = max(lam, 1 - lam)``, ``lam ~ Beta(p, p)``
+    (``keras_vit.data.preprocessing.mixup_big_vision``).
+
+    Example:
+    >>> import numpy as np
+    >>> x = np.arange(3, dtype="float32").reshape(3, 1, 1, 1)
+    >>> mx, my = mixup_big_vision(x, np.eye(3, dtype="float32"), p=0.5)
+    >>> bool(np.allclose(mx.numpy().ravel(), my.numpy() @ np.arange(3)))
+    True
+    """
+    if p <= 0:
+        return images, labels
+    g1 = tf.random.gamma([], p, seed=seed)
+    g2 = tf.random.gamma([], p, seed=None if seed is None else seed + 1)
+    lam = tf.math.divide_no_nan(g1, g1 + g2)
+    share = tf.maximum(lam, 1.0 - lam)
+    return (share * images + (1.0 - share) * tf.roll(images, 1, axis=0),
+            share * labels + (1.0 - share) * tf.roll(labels, 1, axis=0))
+
+
 def load_tfds(tfds_name, split, *, channels, data_dir=None, shuffle_files=False):
     """Raw ``(uint8 image, int64 label)`` examples of a tensorflow-datasets dataset."""
     tfds = _optional.need("tensorflow_datasets", f"The dataset {tfds_name!r}")
@@ -223,8 +288,10 @@ def take_per_class(examples, examples_per_class, num_classes, *, seed=0, buffer_
 
 def pipeline(examples, *, batch_size, image_size, num_classes, training, augmentation="resize_crop",
              resize_size=None, flip=True, channels=None, evaluation="resize", mixup_alpha=0.0,
-             shuffle_buffer=10_000, repeat=False, cache=False, seed=0, pad_to=1):
+             shuffle_buffer=10_000, repeat=False, cache=False, seed=0, pad_to=1,
+             randaugment=None, mixup_p=0.0):
     """``keras_vit.data.pipeline`` for a ``tf.data.Dataset`` of raw examples (same arguments)."""
+    check_mixup(mixup_alpha, mixup_p)
     if cache:
         examples = examples.cache()
     if training:
@@ -235,7 +302,7 @@ def pipeline(examples, *, batch_size, image_size, num_classes, training, augment
     def prepare(image, label):
         image = preprocess(image, image_size=image_size, training=training,
                            augmentation=augmentation, resize_size=resize_size, flip=flip,
-                           channels=channels, evaluation=evaluation)
+                           channels=channels, evaluation=evaluation, randaugment=randaugment)
         return image, tf.one_hot(label, num_classes, dtype=tf.float32)
 
     same_size = examples.element_spec[0].shape.is_fully_defined()
@@ -249,6 +316,8 @@ def pipeline(examples, *, batch_size, image_size, num_classes, training, augment
                               deterministic=not training)
     if training and mixup_alpha > 0:
         dataset = dataset.map(lambda x, y: mixup(x, y, mixup_alpha))
+    if training and mixup_p > 0:
+        dataset = dataset.map(lambda x, y: mixup_big_vision(x, y, mixup_p))
     if not training and pad_to > 1:
         dataset = dataset.map(lambda x, y: _pad(x, y, pad_to))
     if distribution.process_count() > 1:
