@@ -114,13 +114,16 @@ class Batches(keras.utils.PyDataset):
     def __init__(self, examples, *, batch_size, image_size, num_classes, training,
                  augmentation="resize_crop", resize_size=None, flip=True, channels=None,
                  evaluation="resize", mixup_alpha=0.0, repeat=False, seed=0, pad_to=1,
-                 start_epoch=0):
+                 start_epoch=0, randaugment=None, mixup_p=0.0):
         super().__init__()
         self.examples, self.batch_size = examples, int(batch_size)
         self.preprocess = dict(image_size=image_size, training=training, flip=flip,
                                augmentation=augmentation, resize_size=resize_size,
-                               channels=channels, evaluation=evaluation)
+                               channels=channels, evaluation=evaluation,
+                               randaugment=preprocessing.check_randaugment(randaugment))
         preprocessing.check_augmentation(augmentation, image_size, resize_size, evaluation)
+        preprocessing.check_mixup(mixup_alpha, mixup_p)
+        self.mixup_p = float(mixup_p)
         self.num_classes, self.training = int(num_classes), bool(training)
         self.mixup_alpha, self.repeat, self.seed = float(mixup_alpha), bool(repeat), int(seed)
         self.pad_to = int(pad_to)
@@ -160,18 +163,27 @@ class Batches(keras.utils.PyDataset):
         if not self.training:
             return self._evaluation_batch(chosen)
         rows = self._rows(len(chosen))
-        if self.mixup_alpha <= 0:
+        if self.mixup_alpha > 0:  # BiT: row i with row N-1-i of the global batch
+            partners = len(chosen) - 1 - rows
+            share = np.random.default_rng([self.seed, epoch, step, 2]).beta(
+                self.mixup_alpha, self.mixup_alpha)
+        elif self.mixup_p > 0:  # big_vision: row i with row i-1, row 0 with the last
+            partners = (rows - 1) % len(chosen)
+            share = preprocessing.mixup_share(
+                self.mixup_p, np.random.default_rng([self.seed, epoch, step, 3]))
+        else:
             return self._prepared(chosen[rows], epoch)
-        # BiT's mixup pairs row i with row N-1-i of the global batch, which may be another
-        # process's: those partners are prepared here too (their draws are theirs alone).
-        partners = len(chosen) - 1 - rows
+        return self._mixed(chosen, rows, partners, epoch, np.float32(share))
+
+    def _mixed(self, chosen, rows, partners, epoch, share):
+        """``share * row + (1 - share) * partner`` for this process's ``rows`` of the global
+        batch ``chosen``: the partners, which may be another process's rows, are prepared here
+        too (their draws are theirs alone)."""
         needed = np.union1d(rows, partners)
         images, labels = self._prepared(chosen[needed], epoch)
         own, other = np.searchsorted(needed, rows), np.searchsorted(needed, partners)
-        lam = np.float32(np.random.default_rng([self.seed, epoch, step, 2]).beta(
-            self.mixup_alpha, self.mixup_alpha))
-        return (lam * images[own] + (1 - lam) * images[other],
-                lam * labels[own] + (1 - lam) * labels[other])
+        return (share * images[own] + (1 - share) * images[other],
+                share * labels[own] + (1 - share) * labels[other])
 
     def _rows(self, size):
         """This process's rows of a global batch of ``size`` (all of them in one process)."""

@@ -18,7 +18,12 @@ import numpy as np
 from keras_vit import distribution
 from keras_vit.data import arrays, offline
 from keras_vit.data.arrays import Examples, from_arrays
-from keras_vit.data.preprocessing import bit_resolution, check_augmentation
+from keras_vit.data.preprocessing import (
+    bit_resolution,
+    check_augmentation,
+    check_mixup,
+    check_randaugment,
+)
 from keras_vit.distribution import check_batch_size, num_replicas
 
 
@@ -125,7 +130,8 @@ def take_per_class(examples, examples_per_class, num_classes, *, seed=0):
 
 def pipeline(examples, *, batch_size, image_size, num_classes, training, augmentation="resize_crop",
              resize_size=None, flip=True, channels=None, evaluation="resize", mixup_alpha=0.0,
-             repeat=False, cache=False, seed=0, replicas=None, start_epoch=0, **tf_options):
+             repeat=False, cache=False, seed=0, replicas=None, start_epoch=0, randaugment=None,
+             mixup_p=0.0, **tf_options):
     """Batches of preprocessed images and one-hot labels from raw examples.
 
     ``Examples`` give a ``keras.utils.PyDataset`` of numpy batches (``arrays.Batches``), a
@@ -146,6 +152,10 @@ def pipeline(examples, *, batch_size, image_size, num_classes, training, augment
             ``keras_vit.data.preprocessing.preprocess``; ``evaluation="central_crop"`` with
             ``resize_size=448, image_size=384`` is the AugReg (big_vision) evaluation.
         mixup_alpha: BiT mixup when > 0 (training only).
+        mixup_p: big_vision's mixup when > 0 (training only, not with ``mixup_alpha``; see
+            ``preprocessing.mixup_big_vision``).
+        randaugment: None or ``(num_layers, magnitude)``: RandAugment (training only; see
+            ``preprocessing.preprocess``).
         repeat: repeat forever (step-based training).
         cache: cache the raw examples in memory (tf.data; in-memory examples are in memory).
         seed: shuffle / augmentation seed.
@@ -163,15 +173,14 @@ def pipeline(examples, *, batch_size, image_size, num_classes, training, augment
     ((4, 28, 28, 1), (4, 10))
     """
     replicas = num_replicas() if replicas is None else int(replicas)
-    _check_pipeline(batch_size=batch_size, image_size=image_size, augmentation=augmentation,
-                    resize_size=resize_size, evaluation=evaluation, replicas=replicas,
-                    training=training)
-    if not training:
-        batch_size = distribution.evaluation_batch_size(batch_size, replicas)
     options = dict(batch_size=batch_size, image_size=image_size, num_classes=num_classes,
                    training=training, augmentation=augmentation, resize_size=resize_size,
                    flip=flip, channels=channels, evaluation=evaluation, mixup_alpha=mixup_alpha,
-                   repeat=repeat, seed=seed, pad_to=replicas)
+                   repeat=repeat, seed=seed, pad_to=replicas, randaugment=randaugment,
+                   mixup_p=mixup_p)
+    _check_pipeline(replicas=replicas, **options)
+    if not training:
+        options["batch_size"] = distribution.evaluation_batch_size(batch_size, replicas)
     if isinstance(examples, Examples):
         if tf_options:
             raise TypeError(f"Unexpected options for in-memory examples: {sorted(tf_options)}.")
@@ -180,12 +189,15 @@ def pipeline(examples, *, batch_size, image_size, num_classes, training, augment
 
 
 def _check_pipeline(*, batch_size, image_size, augmentation="resize_crop", resize_size=None,
-                    evaluation="resize", replicas=None, training=True, **_):
+                    evaluation="resize", replicas=None, training=True, randaugment=None,
+                    mixup_alpha=0.0, mixup_p=0.0, **_):
     """Refuse options ``pipeline`` would refuse (its defaults), before any data is loaded: a
     training batch must split over the replicas; an evaluation batch is rounded up instead."""
     replicas = num_replicas() if replicas is None else int(replicas)
     check_batch_size(batch_size, replicas if training else 1)
     check_augmentation(augmentation, image_size, resize_size, evaluation)
+    check_randaugment(randaugment)
+    check_mixup(mixup_alpha, mixup_p)
 
 
 def _tfdata(examples, what):
@@ -231,7 +243,7 @@ def load(name, split="train", *, batch_size, image_size=None, training=None, dat
         max_examples: use only the first examples (quick runs).
         examples_per_class: a seeded k-shot subset of the split.
         **pipeline_args: passed to ``pipeline`` (augmentation, evaluation, resize_size,
-            mixup_alpha, channels, repeat...).
+            mixup_alpha, mixup_p, randaugment, channels, repeat...).
 
     Example:
     >>> ds = load("digits", "test", batch_size=8, image_size=16)
