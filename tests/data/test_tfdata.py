@@ -89,3 +89,37 @@ data.load_examples("cifar10")
 """)
     assert ("The dataset 'cifar10' needs tensorflow-datasets: "
             'pip install "keras-vit-paper[tfds]"') in result.stderr
+
+
+@pytest.mark.parametrize("augmentation", ["inception_crop", "resize_crop"])
+def test_tf_pipeline_with_randaugment_and_big_vision_mixup(augmentation):
+    """AugReg's options (per image and per batch): static shapes, values in [-1, 1], mixed labels
+    summing to 1; the evaluation pipeline is unchanged."""
+    ds = _dataset(_images(8, 20), np.arange(8))
+    args = dict(batch_size=4, image_size=16, num_classes=8, augmentation=augmentation,
+                resize_size=18, channels=3)
+    train = data.pipeline(ds, training=True, randaugment=(2, 15), mixup_p=0.5, **args)
+    assert tuple(train.element_spec[0].shape) == (4, 16, 16, 3)
+    for x, y in train.as_numpy_iterator():
+        assert x.min() >= -1 and x.max() <= 1
+        np.testing.assert_allclose(y.sum(-1), 1, rtol=1e-6)
+        assert (y > 0).sum() > 4 and y.max() >= 0.5  # each image keeps the larger share
+    evaluation = [data.pipeline(ds, training=False, randaugment=r, **args) for r in (None, (2, 15))]
+    for plain, augmented in zip(*(e.as_numpy_iterator() for e in evaluation), strict=True):
+        np.testing.assert_array_equal(augmented[0], plain[0])
+    with pytest.raises(ValueError, match="mixup_alpha .* and mixup_p"):
+        data.pipeline(ds, training=True, mixup_alpha=0.2, mixup_p=0.5, **args)
+
+
+def test_tf_randaugment_and_big_vision_mixup_ops():
+    crops = tf.constant(np.random.default_rng(0).uniform(0, 255, (3, 8, 8, 1)), tf.float32)
+    out = tfdata.random_augment(crops, (2, 15))
+    assert out.dtype == tf.uint8 and out.shape == (3, 8, 8, 1)
+    single = tfdata.random_augment(crops[0], (2, 15))
+    assert single.shape == (8, 8, 1)
+    x, y = tf.constant(np.arange(3, dtype="float32").reshape(3, 1, 1, 1)), tf.eye(3)
+    mx, my = tfdata.mixup_big_vision(x, y, p=0.5, seed=1)
+    a = float(my[0, 0])
+    assert a >= 0.5
+    np.testing.assert_allclose(my.numpy(), a * y.numpy() + (1 - a) * np.roll(y.numpy(), 1, 0))
+    np.testing.assert_allclose(mx.numpy().ravel(), my.numpy() @ np.arange(3), rtol=1e-6)
