@@ -24,10 +24,12 @@ import types
 import typing
 
 from keras_vit import distribution
+from keras_vit.app.errors import UsageError
 from keras_vit.checkpoints.convert import CONVERT_FORMATS
 from keras_vit.checkpoints.formats import FORMATS, NAMES
 from keras_vit.data.preprocessing import TRAIN_AUGMENTATIONS
 from keras_vit.models.lora import TARGETS as LORA_TARGETS
+from keras_vit.training.augreg import AUGMENTATIONS
 from keras_vit.training.published import RECIPES, recipe
 from keras_vit.training.schedules import DECAYS
 
@@ -152,6 +154,26 @@ class AugmentationOptions(DataOptions):
                                      group="data")
     no_flip: bool = option(False, "no random horizontal flip", group="data")
     mixup: float = option(0.0, "mixup alpha (0: off)", group="data")
+    augreg: str | None = option(
+        None, "AugReg's augmentation by its name: RandAugment and mixup as big_vision's "
+        "vit_i1k config defines them (keras_vit.training.augreg; with --dropout, "
+        "--stochastic-depth and --weight-decay, its other axes)", group="data",
+        choices=tuple(AUGMENTATIONS))
+
+    def mixing(self):
+        """The training pipeline's options beyond the crop and flip: BiT's mixup (``--mixup``)
+        or AugReg's RandAugment and mixup (``--augreg``), never both.
+
+        >>> TrainConfig.from_dict({"augreg": "medium2"}).mixing()
+        {'randaugment': (2, 15), 'mixup_p': 0.5}
+        """
+        if self.augreg is None:
+            return {"mixup_alpha": self.mixup}
+        if self.mixup:
+            raise UsageError(f"--mixup {self.mixup} (BiT's mixup) and --augreg {self.augreg} "
+                             "(which has its own mixup) do not combine; give one of them.")
+        setting = AUGMENTATIONS[self.augreg]
+        return {"randaugment": setting.randaugment, "mixup_p": setting.mixup}
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -167,6 +189,9 @@ class ModelOptions(Config):
                             "values)", group="model", action="append",
                             metavar="KEY=VALUE")
     dropout: float | None = option(None, "dropout_rate", group="model")
+    stochastic_depth: float | None = option(
+        None, "stochastic_depth_rate: the last block's rate of dropping a residual branch",
+        group="model")
     head_bias_init: float | None = option(None, "constant head bias (paper: -10)", group="model")
 
 

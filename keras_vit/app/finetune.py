@@ -86,7 +86,7 @@ def _train_batches(run, model, image_size, micro):
                      max_examples=config.train_examples,
                      examples_per_class=config.examples_per_class, repeat=True,
                      augmentation=config.augmentation, flip=not config.no_flip,
-                     channels=run_model.channels(model), mixup_alpha=config.mixup, seed=config.seed)
+                     channels=run_model.channels(model), seed=config.seed, **config.mixing())
 
 
 def _optimizer(config, accumulation):

@@ -84,6 +84,8 @@ def build_model(config, *, image_size, num_classes, channels=None, dtype=None):
         overrides.setdefault("dtype", dtype)
     if config.get("dropout") is not None:
         overrides["dropout_rate"] = config["dropout"]
+    if config.get("stochastic_depth") is not None:
+        overrides["stochastic_depth_rate"] = config["stochastic_depth"]
     if config.get("head_bias_init") is not None:
         overrides["head_bias_init"] = config["head_bias_init"]
     return create_model(spec.name, image_size=image_size, num_classes=num_classes, **overrides)

@@ -214,7 +214,7 @@ def train(config):
     device = run_plan.device()
     # A CPU builds the model as it always did (no dtype passed): the timed default run is kept.
     mixed = None if device["precision"] == "float32" else device["precision"]
-    scratch = _from_scratch(run, dtype=mixed, flip=not config.no_flip, mixup_alpha=config.mixup,
+    scratch = _from_scratch(run, dtype=mixed, flip=not config.no_flip, **config.mixing(),
                             cache=run.info.source == "tfds" and config.train_examples is not None)
     model = scratch.model
     batch_plan = dict(device, precision=model.dtype_policy.name,

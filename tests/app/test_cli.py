@@ -334,8 +334,11 @@ def _run_weights(folder):
 
 @pytest.mark.fashion_mnist
 @pytest.mark.backend_dependent  # the restored weights and optimizer go through each backend
-def test_a_resumed_run_trains_on_the_batches_of_an_uninterrupted_one(tmp_path, monkeypatch):
-    argv = ["train", *TINY, "--epochs", "4", "--mixup", "0.2", "--seed", "5", "--output"]
+@pytest.mark.parametrize("mixing", [["--mixup", "0.2"], ["--augreg", "medium2"]],
+                         ids=["bit-mixup", "augreg"])
+def test_a_resumed_run_trains_on_the_batches_of_an_uninterrupted_one(mixing, tmp_path,
+                                                                     monkeypatch):
+    argv = ["train", *TINY, "--epochs", "4", *mixing, "--seed", "5", "--output"]
     whole, resumed = str(tmp_path / "whole"), str(tmp_path / "resumed")
     assert cli.main([*argv, whole]) == 0
     not_killed = _killed_after(2, monkeypatch)
@@ -345,7 +348,8 @@ def test_a_resumed_run_trains_on_the_batches_of_an_uninterrupted_one(tmp_path, m
     not_killed()
     assert cli.main([*argv, resumed]) == 0
     assert _metrics(resumed)["resumed_from_epoch"] == 2
-    # epochs 3 and 4 saw the same order, crops, flips and mixup partners as the whole run's
+    # epochs 3 and 4 saw the same order, crops, flips, RandAugment draws and mixup partners as
+    # the whole run's
     losses = [[r["loss"] for r in run_files.read_history(f)] for f in (whole, resumed)]
     np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
     for got, expected in zip(_run_weights(resumed), _run_weights(whole), strict=True):
@@ -378,3 +382,28 @@ def test_train_offline_without_the_data_says_how_to_get_it(tmp_path, capsys, mon
     assert err[0].startswith("keras-vit train: error: Could not download http://127.0.0.1:9/")
     assert "Fashion-MNIST is not on this machine" in err[0]
     assert "apt-get install dataset-fashion-mnist" in err[0] and "--data-dir" in err[0]
+
+
+def test_augreg_and_bit_mixup_do_not_combine(tmp_path, capsys):
+    code = cli.main(["train", *TINY, "--epochs", "1", "--augreg", "light2", "--mixup", "0.2",
+                     "--output", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1, err
+    assert "--mixup 0.2 (BiT's mixup) and --augreg light2" in err[0]
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.fashion_mnist
+def test_train_with_an_augreg_setting_and_stochastic_depth(tmp_path):
+    """AugReg's strongest augmentation with its regularisation: the run records the setting
+    and the saved model keeps its stochastic depth and dropout rates."""
+    out = str(tmp_path / "run")
+    assert cli.main(["train", *TINY, "--epochs", "1", "--augreg", "strong2", "--dropout", "0.1",
+                     "--stochastic-depth", "0.1", "--weight-decay", "0.1", "--output",
+                     out]) == 0
+    config = _metrics(out)["config"]
+    assert (config["augreg"], config["stochastic_depth"], config["dropout"]) == ("strong2", 0.1,
+                                                                                   0.1)
+    model = keras.saving.load_model(os.path.join(out, run_files.MODEL), compile=False)
+    encoder = model.config.encoder
+    assert (encoder.stochastic_depth_rate, encoder.dropout_rate) == (0.1, 0.1)
