@@ -177,7 +177,7 @@ def _cli(out, folder, *options, **extra):
                    "--test-examples", "200", "--batch-size", "64", "--model", "small-vit",
                    "--set", "patch_size=7", "--set", "hidden_size=16", "--set", "num_layers=1",
                    "--set", "num_heads=2", "--set", "mlp_dim=32", "--warmup-steps", "2",
-                   "--mixup", "0.2",
+                   "--augreg", "medium2",  # RandAugment and mixup, drawn per example and step
                    "--verbose", "2", "--output", folder, *options, **extra)
 
 
@@ -194,9 +194,10 @@ def _run_results(folder):
 
 @pytest.mark.fashion_mnist
 def test_keras_vit_train_in_two_processes_interrupted_and_resumed(tmp_path):
-    """``keras-vit train`` in 2 processes, stopped after its first epoch's backup and started
-    again, ends with the test accuracy, history and weights of an uninterrupted run of one
-    process on 4 devices; only process 0 wrote into the run folder."""
+    """``keras-vit train`` in 2 processes with AugReg's RandAugment and mixup, stopped after
+    its first epoch's backup and started again, ends with the test accuracy, history and
+    weights of an uninterrupted run of one process on 4 devices; only process 0 wrote into
+    the run folder."""
     alone, together = str(tmp_path / "alone"), str(tmp_path / "together")
     _ok(_cli(str(tmp_path / "out1"), alone, processes=1, devices=4))
     first = _cli(str(tmp_path / "out2"), together, STOP_AFTER_EPOCH="1")
