@@ -154,8 +154,8 @@ def pipeline(examples, *, batch_size, image_size, num_classes, training, augment
         mixup_alpha: BiT mixup when > 0 (training only).
         mixup_p: big_vision's mixup when > 0 (training only, not with ``mixup_alpha``; see
             ``preprocessing.mixup_big_vision``).
-        randaugment: None or ``(num_layers, magnitude)``: RandAugment (training only; see
-            ``preprocessing.preprocess``).
+        randaugment: None or ``(num_layers, magnitude[, pixel_scale])``: RandAugment (training
+            only; see ``preprocessing.preprocess``).
         repeat: repeat forever (step-based training).
         cache: cache the raw examples in memory (tf.data; in-memory examples are in memory).
         seed: shuffle / augmentation seed.

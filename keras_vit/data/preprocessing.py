@@ -287,18 +287,20 @@ def to_uint8(images):
 
 
 def check_randaugment(randaugment):
-    """``randaugment`` as ``(num_layers, magnitude)``, or None; a ValueError for anything else.
+    """``randaugment`` as ``(num_layers, magnitude)`` or ``(num_layers, magnitude,
+    pixel_scale)`` (``keras_vit.data.randaugment.parameter``), or None; a ValueError for
+    anything else.
 
     Example:
-    >>> check_randaugment([2, 15]), check_randaugment(None)
-    ((2, 15), None)
+    >>> check_randaugment([2, 15]), check_randaugment((2, 15, 0.125)), check_randaugment(None)
+    ((2, 15), (2, 15, 0.125), None)
     """
     if randaugment is None:
         return None
     if isinstance(randaugment, (str, bytes)) or not hasattr(randaugment, "__len__") or len(
-            randaugment) != 2:
-        raise ValueError("randaugment must be None or (num_layers, magnitude), got "
-                         f"{randaugment!r}.")
+            randaugment) not in (2, 3):
+        raise ValueError("randaugment must be None, (num_layers, magnitude) or (num_layers, "
+                         f"magnitude, pixel_scale), got {randaugment!r}.")
     check_policy(*randaugment)
     return tuple(randaugment)
 
@@ -341,7 +343,8 @@ def augment(images, image_size, augmentation, resize_size, flip, keys, randaugme
         images = resize(images, image_size)
     images = random_flip(images, keys) if flip else images
     if randaugment is not None and randaugment[0] > 0:
-        images = distort(to_uint8(images), *randaugment, keys)
+        layers, magnitude, *pixel_scale = randaugment
+        images = distort(to_uint8(images), layers, magnitude, keys, *pixel_scale)
     return images
 
 
@@ -363,8 +366,10 @@ def preprocess(images, *, image_size, training, augmentation="inception_crop", r
         channels: convert to this many channels (1 or 3); None keeps the image's.
         evaluation: ``"resize"`` (vit_jax: bilinear resize to ``image_size``) or
             ``"central_crop"`` (big_vision / AugReg: short side to ``resize_size``, centre crop).
-        randaugment: None, or ``(num_layers, magnitude)``: big_vision's RandAugment after the
-            crop and the flip, on the crop cast to uint8 (``to_uint8``), when training.
+        randaugment: None, or ``(num_layers, magnitude[, pixel_scale])``: big_vision's
+            RandAugment after the crop and the flip, on the crop cast to uint8 (``to_uint8``),
+            when training; ``pixel_scale`` (``randaugment.parameter``) fits its shifts and
+            Cutout to images other than 224 pixels.
         rng: a ``numpy.random.Generator`` (default: a fresh unseeded one) that draws the keys.
         keys: instead of ``rng``, the key of every image's random draws (``example_keys``).
 

@@ -356,20 +356,27 @@ def cutout(images, pad_sizes, rows, columns):
     return np.where(hole[..., None], np.uint8(FILL), images)
 
 
-def parameter(name, magnitude):
+def parameter(name, magnitude, pixel_scale=1.0):
     """The positive parameter big_vision's ``level_to_arg`` gives operation ``name`` at
     ``magnitude`` (``None`` for AutoContrast, Equalize and Invert).
+
+    ``pixel_scale`` multiplies the two parameters counted in pixels, TranslateX/Y's shift and
+    Cutout's half-size: big_vision's are for 224-pixel images (100 and 40 pixels at magnitude
+    10), so that ``pixel_scale = size / 224`` keeps their share of a ``size``-pixel image.
 
     Example:
     >>> parameter("Rotate", 10), parameter("Posterize", 15), parameter("Sharpness", 5)
     (30.0, 6, 1.0)
+    >>> parameter("TranslateX", 10, pixel_scale=28 / 224), parameter("Cutout", 10, 28 / 224)
+    (12.5, 5)
     """
     level = float(magnitude) / 10.0
     maps = {"Rotate": lambda: level * 30.0, "Posterize": lambda: int(level * 4),
             "Solarize": lambda: int(level * 256), "SolarizeAdd": lambda: int(level * 110),
             "ShearX": lambda: level * 0.3, "ShearY": lambda: level * 0.3,
-            "TranslateX": lambda: level * 100.0, "TranslateY": lambda: level * 100.0,
-            "Cutout": lambda: int(level * 40)}
+            "TranslateX": lambda: level * 100.0 * pixel_scale,
+            "TranslateY": lambda: level * 100.0 * pixel_scale,
+            "Cutout": lambda: int(level * 40 * pixel_scale)}
     for enhance in ("Color", "Contrast", "Brightness", "Sharpness"):
         maps[enhance] = lambda: level * 1.8 + 0.1
     return maps[name]() if name in maps else None
@@ -395,25 +402,25 @@ _APPLY = {
 }
 
 
-def apply(name, images, magnitude, signs=1, rows=0, columns=0):
+def apply(name, images, magnitude, signs=1, rows=0, columns=0, pixel_scale=1.0):
     """Operation ``name`` at ``magnitude`` on uint8 images (N, H, W, C), with per-image signs
-    (+1 or -1: Rotate, Shear, Translate) and Cutout centres.
+    (+1 or -1: Rotate, Shear, Translate) and Cutout centres (``pixel_scale``: ``parameter``).
 
     Example:
     >>> apply("Solarize", np.array([[[[10, 200]]]], np.uint8), 5).ravel().tolist()
     [10, 55]
     """
     signs = _per_image(signs, images)
-    return _APPLY[name](np.asarray(images, np.uint8), parameter(name, magnitude), signs, rows,
-                        columns)
+    return _APPLY[name](np.asarray(images, np.uint8), parameter(name, magnitude, pixel_scale),
+                        signs, rows, columns)
 
 
-def check(num_layers, magnitude):
-    """Refuse a ``num_layers`` that is not a whole number >= 0 or a ``magnitude`` outside
-    0..``MAX_MAGNITUDE``.
+def check(num_layers, magnitude, pixel_scale=1.0):
+    """Refuse a ``num_layers`` that is not a whole number >= 0, a ``magnitude`` outside
+    0..``MAX_MAGNITUDE`` or a ``pixel_scale`` that is not a number > 0.
 
     Example:
-    >>> check(2, 10)
+    >>> check(2, 10, 28 / 224)
     """
     if isinstance(num_layers, bool) or not isinstance(num_layers, numbers.Integral) or (
             num_layers < 0):
@@ -423,6 +430,11 @@ def check(num_layers, magnitude):
             0 <= magnitude <= MAX_MAGNITUDE):
         raise ValueError(f"randaugment: magnitude must be a number from 0 to {MAX_MAGNITUDE}, "
                          f"got {magnitude!r}")
+    if isinstance(pixel_scale, bool) or not isinstance(pixel_scale, numbers.Real) or not (
+            pixel_scale > 0):
+        raise ValueError(f"randaugment: pixel_scale must be a number > 0 (the image size over "
+                         f"224 to keep big_vision's shifts and Cutout in proportion), got "
+                         f"{pixel_scale!r}")
 
 
 def layer_draws(keys, layer, height, width):
@@ -443,7 +455,7 @@ def layer_draws(keys, layer, height, width):
     return ops, signs, rows, columns
 
 
-def apply_layer(images, magnitude, ops, signs, rows, columns):
+def apply_layer(images, magnitude, ops, signs, rows, columns, pixel_scale=1.0):
     """One layer of the policy: operation ``OPERATIONS[ops[i]]`` on image ``i``, always applied.
 
     Example:
@@ -459,14 +471,15 @@ def apply_layer(images, magnitude, ops, signs, rows, columns):
         chosen = np.asarray(ops) == index
         if chosen.any():
             out[chosen] = apply(name, images[chosen], magnitude, signs[chosen], rows[chosen],
-                                columns[chosen])
+                                columns[chosen], pixel_scale)
     return out
 
 
-def randaugment(images, num_layers, magnitude, keys):
+def randaugment(images, num_layers, magnitude, keys, pixel_scale=1.0):
     """big_vision's ``randaug(num_layers, magnitude)`` on uint8 images (N, H, W, C), every
     image's draws from its key (``keras_vit.data.keys.example_keys``), so that an example is
-    augmented alike in any batch.
+    augmented alike in any batch. ``pixel_scale`` (default 1: big_vision's, for 224-pixel
+    images) scales the shifts and Cutout's size, as ``parameter`` says.
 
     Example:
     >>> from keras_vit.data.keys import example_keys
@@ -476,7 +489,7 @@ def randaugment(images, num_layers, magnitude, keys):
     ...                                                    example_keys(0, 0, [1]))).all())
     ((2, 8, 8, 3), dtype('uint8'), True)
     """
-    check(num_layers, magnitude)
+    check(num_layers, magnitude, pixel_scale)
     images = np.asarray(images)
     if images.dtype != np.uint8 or images.ndim != 4:
         raise ValueError(f"randaugment: images must be uint8 (N, H, W, C), got {images.dtype} "
@@ -487,5 +500,5 @@ def randaugment(images, num_layers, magnitude, keys):
                          f"{len(images)} images")
     for layer in range(num_layers):
         draws = layer_draws(keys, layer, images.shape[1], images.shape[2])
-        images = apply_layer(images, magnitude, *draws)
+        images = apply_layer(images, magnitude, *draws, pixel_scale=pixel_scale)
     return images

@@ -133,9 +133,9 @@ def convert_channels(image, channels):
 
 
 def random_augment(image, randaugment):
-    """big_vision's RandAugment (``randaugment``: ``(num_layers, magnitude)``) of a float32
-    image (H, W, C) or batch (N, H, W, C) in 0..255, cast to uint8 first as big_vision's resize
-    does (clipped, truncated); each image draws a fresh key. uint8 out.
+    """big_vision's RandAugment (``randaugment``: ``(num_layers, magnitude[, pixel_scale])``)
+    of a float32 image (H, W, C) or batch (N, H, W, C) in 0..255, cast to uint8 first as
+    big_vision's resize does (clipped, truncated); each image draws a fresh key. uint8 out.
 
     Example:
     >>> import numpy as np
@@ -148,7 +148,8 @@ def random_augment(image, randaugment):
     def apply(images):
         batch = images if images.ndim == 4 else images[None]
         keys = generator_keys(np.random.default_rng(), len(batch))
-        out = distort(batch, *randaugment, keys)
+        layers, magnitude, *pixel_scale = randaugment
+        out = distort(batch, layers, magnitude, keys, *pixel_scale)
         return out if images.ndim == 4 else out[0]
 
     out = tf.numpy_function(apply, [image], tf.uint8, stateful=True)
@@ -191,8 +192,8 @@ def preprocess(image, *, image_size, training, augmentation="inception_crop", re
         channels: convert to this many channels (1 or 3); None keeps the image's.
         evaluation: ``"resize"`` (vit_jax) or ``"central_crop"`` (big_vision / AugReg), see
             ``keras_vit.data.preprocessing.preprocess``.
-        randaugment: None, or ``(num_layers, magnitude)``: big_vision's RandAugment after the
-            crop and the flip, when training (``random_augment``).
+        randaugment: None, or ``(num_layers, magnitude[, pixel_scale])``: big_vision's
+            RandAugment after the crop and the flip, when training (``random_augment``).
 
     Example:
     >>> import numpy as np

@@ -89,6 +89,10 @@ def test_randaugment_runs_on_the_crop_cast_to_uint8_with_each_images_key(channel
     got = data.preprocess(images, keys=keys, randaugment=(2, 15), **options)
     np.testing.assert_array_equal(got, expected)
     assert got.shape == (16, 16, 16, channels)
+    np.testing.assert_array_equal(  # a third entry: the pixel scale of the shifts and Cutout
+        data.preprocess(images, keys=keys, randaugment=(2, 15, 0.25), **options),
+        preprocessing.to_unit_range(randaugment.randaugment(preprocessing.to_uint8(crops), 2, 15,
+                                                            keys, 0.25)))
     for no_layers in [(0, 0), (0, 15)]:  # no layers: no RandAugment, the float crop kept
         np.testing.assert_array_equal(
             data.preprocess(images, keys=keys, randaugment=no_layers, **options),
@@ -131,9 +135,11 @@ def test_big_vision_mixup_function():
     (dict(randaugment=(2, 31)), "magnitude must be a number from 0 to 30"),
     (dict(randaugment=(-1, 10)), "num_layers must be a whole number"),
     (dict(randaugment=(2.5, 10)), "num_layers must be a whole number"),
-    (dict(randaugment=(2,)), r"randaugment must be None or \(num_layers, magnitude\)"),
-    (dict(randaugment="2,15"), r"randaugment must be None or \(num_layers, magnitude\)"),
-    (dict(randaugment=15), r"randaugment must be None or \(num_layers, magnitude\)"),
+    (dict(randaugment=(2,)), r"randaugment must be None, \(num_layers, magnitude\) or"),
+    (dict(randaugment="2,15"), r"randaugment must be None, \(num_layers, magnitude\) or"),
+    (dict(randaugment=15), r"randaugment must be None, \(num_layers, magnitude\) or"),
+    (dict(randaugment=(2, 15, 1, 1)), r"randaugment must be None, \(num_layers, magnitude\) or"),
+    (dict(randaugment=(2, 15, 0)), "pixel_scale must be a number > 0"),
     (dict(mixup_p=-0.5), "mixup_p must be a number >= 0"),
     (dict(mixup_p="0.5"), "mixup_p must be a number >= 0"),
     (dict(mixup_p=0.5, mixup_alpha=0.2), r"mixup_alpha \(0.2, BiT's mixup\) and mixup_p \(0.5"),

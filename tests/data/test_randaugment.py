@@ -58,6 +58,32 @@ def test_the_magnitude_maps_are_big_vision_s(name):
                 assert value == stored[0], key
 
 
+@pytest.mark.parametrize("magnitude", [5, 10, 15, 20])
+def test_pixel_scale_scales_the_shifts_and_cutout_and_nothing_else(magnitude):
+    """big_vision's pixel sizes are for 224-pixel images; ``pixel_scale`` keeps their share of
+    another size, and 1 is big_vision's."""
+    for name in ra.OPERATIONS:
+        scaled, plain = ra.parameter(name, magnitude, 28 / 224), ra.parameter(name, magnitude)
+        if name.startswith("Translate"):
+            assert scaled == pytest.approx(plain * 28 / 224)
+        elif name == "Cutout":
+            assert scaled == int(magnitude / 10 * 40 * 28 / 224) < plain
+        else:
+            assert scaled == plain, name
+    images, keys = _images(24), preprocessing.example_keys(0, 0, np.arange(24))
+    np.testing.assert_array_equal(ra.randaugment(images, 2, magnitude, keys, 1.0),
+                                  ra.randaugment(images, 2, magnitude, keys))
+    shifted = ra.apply("TranslateX", images, magnitude, pixel_scale=0.5)
+    np.testing.assert_array_equal(shifted, ra.translate_x(images, ra.parameter(
+        "TranslateX", magnitude) / 2))
+
+
+@pytest.mark.parametrize("pixel_scale", [0, -0.5, float("nan"), True, "1", None])
+def test_pixel_scale_is_validated(pixel_scale):
+    with pytest.raises(ValueError, match="pixel_scale must be a number > 0"):
+        ra.randaugment(_images(2), 2, 10, preprocessing.example_keys(0, 0, [0, 1]), pixel_scale)
+
+
 @pytest.mark.parametrize("magnitude", [0, 10, 15, 20])
 def test_the_policy_equals_big_vision_s_given_its_draws(magnitude):
     """Three layers in a row, each image's operation always applied, every operation chosen

@@ -111,12 +111,18 @@ def test_tf_pipeline_with_randaugment_and_big_vision_mixup(augmentation):
         data.pipeline(ds, training=True, mixup_alpha=0.2, mixup_p=0.5, **args)
 
 
-def test_tf_randaugment_and_big_vision_mixup_ops():
+def test_tf_randaugment_and_big_vision_mixup_ops(monkeypatch):
     crops = tf.constant(np.random.default_rng(0).uniform(0, 255, (3, 8, 8, 1)), tf.float32)
     out = tfdata.random_augment(crops, (2, 15))
     assert out.dtype == tf.uint8 and out.shape == (3, 8, 8, 1)
     single = tfdata.random_augment(crops[0], (2, 15))
     assert single.shape == (8, 8, 1)
+    policies = []  # (layers, magnitude[, pixel_scale]) as the numpy RandAugment receives it
+    monkeypatch.setattr(tfdata, "distort", lambda images, layers, magnitude, keys, *scale:
+                        policies.append((layers, magnitude, *scale)) or images)
+    tfdata.random_augment(crops, (2, 15, 0.125))
+    tfdata.random_augment(crops, (2, 15))
+    assert policies == [(2, 15, 0.125), (2, 15)]
     x, y = tf.constant(np.arange(3, dtype="float32").reshape(3, 1, 1, 1)), tf.eye(3)
     mx, my = tfdata.mixup_big_vision(x, y, p=0.5, seed=1)
     a = float(my[0, 0])
