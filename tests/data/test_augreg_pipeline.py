@@ -89,10 +89,12 @@ def test_randaugment_runs_on_the_crop_cast_to_uint8_with_each_images_key(channel
     got = data.preprocess(images, keys=keys, randaugment=(2, 15), **options)
     np.testing.assert_array_equal(got, expected)
     assert got.shape == (16, 16, 16, channels)
-    np.testing.assert_array_equal(  # a third entry: the pixel scale of the shifts and Cutout
-        data.preprocess(images, keys=keys, randaugment=(2, 15, 0.25), **options),
-        preprocessing.to_unit_range(randaugment.randaugment(preprocessing.to_uint8(crops), 2, 15,
-                                                            keys, 0.25)))
+    # A third entry, the pixel scale of the shifts and Cutout: 0.02 makes them 3 and 1 pixels,
+    # where big_vision's 150 and 60 empty a 16-pixel crop, so these images differ from `got`.
+    scaled = data.preprocess(images, keys=keys, randaugment=(2, 15, 0.02), **options)
+    np.testing.assert_array_equal(scaled, preprocessing.to_unit_range(randaugment.randaugment(
+        preprocessing.to_uint8(crops), 2, 15, keys, 0.02)))
+    assert not np.array_equal(scaled, got)
     for no_layers in [(0, 0), (0, 15)]:  # no layers: no RandAugment, the float crop kept
         np.testing.assert_array_equal(
             data.preprocess(images, keys=keys, randaugment=no_layers, **options),
